@@ -1,8 +1,125 @@
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/model_session.h"
 
 namespace tf::cli {
 
-int cmd_bench(int, char**) { fail("bench: not built yet"); }
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int32_t> random_prompt(int n, int32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+struct Result {
+  double pp_tps = 0, tg_tps = 0;
+};
+
+// batch requests of pp tokens each, prefilled to their first token: prompt tokens per second.
+double run_prefill(Engine& engine, int32_t vocab, int batch, int pp, uint64_t seed) {
+  const auto t0 = Clock::now();
+  for (int b = 0; b < batch; ++b) {
+    GenerationRequest req;
+    req.prompt = random_prompt(pp, vocab, seed + static_cast<uint64_t>(b));
+    req.max_tokens = 1;
+    req.sampling.temperature = 0;
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return s > 0 ? static_cast<double>(batch) * pp / s : 0;
+}
+
+// batch one-token prompts decoding tg tokens each, timed once every lane is decoding.
+double run_decode(Engine& engine, int32_t vocab, int batch, int tg, uint64_t seed) {
+  std::vector<std::vector<Clock::time_point>> stamps(static_cast<size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    GenerationRequest req;
+    req.prompt = random_prompt(1, vocab, seed + static_cast<uint64_t>(b));
+    req.max_tokens = tg;
+    req.sampling.temperature = 0;
+    req.on_event = [&, b](const TokenEvent& ev) {
+      if (ev.token >= 0) stamps[static_cast<size_t>(b)].push_back(Clock::now());
+    };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  Clock::time_point start = stamps[0].front(), end = stamps[0].back();
+  for (const auto& st : stamps) {
+    start = std::max(start, st.front());
+    end = std::max(end, st.back());
+  }
+  int decoded = 0;
+  for (const auto& st : stamps)
+    for (const auto& t : st) decoded += t > start;
+  double s = std::chrono::duration<double>(end - start).count();
+  return s > 0 ? decoded / s : 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Prompt and generation speed of a model", "tensorfold bench"};
+  std::string model, batches = "1";
+  int pp = 512, tg = 128, threads = 0, reps = 1, chunk = 512;
+  bool json = false;
+  app.add_option("--model", model, "model folder or .gguf file (default: the built-in model)");
+  app.add_option("--pp", pp, "prompt tokens per request")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tg", tg, "generated tokens per request")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--batch", batches, "comma-separated concurrent request counts");
+  app.add_option("--reps", reps, "repetitions (the best is reported)")->check(CLI::Range(1, 100));
+  app.add_option("--chunk", chunk, "prefill chunk grid")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--threads", threads, "CPU threads (default: all cores)");
+  app.add_flag("--json", json, "one JSON object per line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  std::vector<int32_t> bs = parse_id_list(batches);
+  int max_b = 1;
+  for (int b : bs) {
+    TF_CHECK(b >= 1 && b <= 1024, "bench: batch ", b, " outside 1..1024");
+    max_b = std::max(max_b, b);
+  }
+  SessionOptions so;
+  so.model = model;
+  so.threads = threads;
+  so.need_tokenizer = false;
+  so.engine.lanes = max_b;
+  so.engine.context = pp + tg;
+  so.engine.chunk = chunk;
+  auto s = open_session(so);
+  const int32_t V = s->model->vocab_size();
+  run_prefill(*s->engine, V, 1, std::min(pp, 16), 7);  // warm-up: touch weights and scratch
+  if (!json) std::printf("%-6s %8s %8s %12s %12s\n", "batch", "pp", "tg", "pp tok/s", "tg tok/s");
+  for (int b : bs) {
+    Result best;
+    for (int r = 0; r < reps; ++r) {
+      Result x{run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r)),
+               run_decode(*s->engine, V, b, tg, 2000 + static_cast<uint64_t>(r))};
+      best.pp_tps = std::max(best.pp_tps, x.pp_tps);
+      best.tg_tps = std::max(best.tg_tps, x.tg_tps);
+    }
+    if (json)
+      std::printf("{\"model\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, \"tg\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+                  (model.empty() ? default_model_path() : model).c_str(), s->backend->threads(), b, pp, tg,
+                  best.pp_tps, best.tg_tps);
+    else
+      std::printf("%-6d %8d %8d %12.2f %12.2f\n", b, pp, tg, best.pp_tps, best.tg_tps);
+    std::fflush(stdout);
+  }
+  return 0;
+}
 
 }  // namespace tf::cli

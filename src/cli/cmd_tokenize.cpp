@@ -1,8 +1,92 @@
+// `tensorfold tokenize`: the token ids (and pieces) a model's tokenizer gives a text.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "cli/commands.h"
+#include "formats/model_files.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tf::cli {
 
-int cmd_tokenize(int, char**) { fail("tokenize: not built yet"); }
+namespace {
+
+std::string read_all(std::istream& in) {
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string ids_line(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t k = 0; k < ids.size(); ++k) s += (k ? "," : "") + std::to_string(ids[k]);
+  return s;
+}
+
+// One JSON string per input line in, one JSON array of ids (or an error object) per line out.
+int run_jsonl(const Tokenizer& tok, bool add_special, bool parse_special) {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    nlohmann::json out;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      TF_CHECK(j.is_string(), "tokenize --jsonl: each line must be a JSON string");
+      out = tok.encode(j.get<std::string>(), add_special, parse_special);
+    } catch (const std::exception& e) {
+      out = {{"error", e.what()}};
+    }
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_tokenize(int argc, char** argv) {
+  CLI::App app{"Print the token ids of a text", "tensorfold tokenize"};
+  std::string model, text, file;
+  bool no_special = false, no_parse_special = false, pieces = false, jsonl = false, decode = false;
+  app.add_option("--model,-m", model, "model folder or .gguf file")->required();
+  auto* text_opt = app.add_option("--text,-t", text, "text to tokenize ('-' reads stdin)");
+  auto* file_opt = app.add_option("--file,-f", file, "read the text from this file");
+  text_opt->excludes(file_opt);
+  app.add_flag("--no-special", no_special, "do not add BOS/EOS or other post-processor tokens");
+  app.add_flag("--no-parse-special", no_parse_special, "treat special tokens written in the text as text");
+  app.add_flag("--pieces", pieces, "print one `id<TAB>piece` line per token instead");
+  app.add_flag("--decode", decode, "also print the decoded text of the ids on a second line");
+  app.add_flag("--jsonl", jsonl, "read one JSON string per stdin line, print one JSON id array per line")
+      ->group("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!jsonl && !*text_opt && !*file_opt) fail("tokenize: give --text TEXT, --text - or --file PATH");
+
+  const ModelFiles files = open_model(model);
+  const auto tok = load_tokenizer(files);
+  const bool add_special = !no_special, parse_special = !no_parse_special;
+  if (jsonl) return run_jsonl(*tok, add_special, parse_special);
+
+  if (*file_opt) {
+    std::ifstream in(file, std::ios::binary);
+    TF_CHECK(in, "tokenize: cannot open --file '", file, "'");
+    text = read_all(in);
+  } else if (text == "-") {
+    text = read_all(std::cin);
+  }
+  const auto ids = tok->encode(text, add_special, parse_special);
+  if (pieces) {
+    for (int32_t id : ids) std::printf("%d\t%s\n", id, tok->token_piece(id).c_str());
+  } else {
+    std::printf("%s\n", ids_line(ids).c_str());
+  }
+  if (decode) std::printf("%s\n", tok->decode(ids, false).c_str());
+  return 0;
+}
 
 }  // namespace tf::cli

@@ -1,0 +1,72 @@
+#include "cli/model_session.h"
+
+#include <charconv>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/thread_pool.h"
+
+#ifndef TF_DEFAULT_MODEL_DIR
+#define TF_DEFAULT_MODEL_DIR "models/default"
+#endif
+
+namespace tf::cli {
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("TENSORFOLD_DEFAULT_MODEL")) return env;
+  return TF_DEFAULT_MODEL_DIR;
+}
+
+std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
+  auto s = std::make_unique<ModelSession>();
+  const std::string path = opt.model.empty() ? default_model_path() : opt.model;
+  s->files = open_model(path);
+  s->backend = make_cpu_backend(opt.threads > 0 ? opt.threads : default_thread_count());
+  s->model = load_model(s->files, *s->backend);
+  if (opt.need_tokenizer) s->tokenizer = load_tokenizer(s->files);
+  s->engine = std::make_unique<Engine>(*s->model, *s->backend, opt.engine);
+  log_debug("model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
+            s->model->weight_bytes() / (1 << 20), " MiB of weights");
+  return s;
+}
+
+SamplingParams sampling_defaults(const ModelFiles& files) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.95f;
+  const auto& g = files.generation_config;
+  if (!g.is_object() || g.empty()) return p;
+  auto num = [&](const char* key, float fallback) {
+    auto it = g.find(key);
+    return it != g.end() && it->is_number() ? it->get<float>() : fallback;
+  };
+  p.temperature = num("temperature", 1.0f);
+  p.top_p = num("top_p", 1.0f);
+  p.top_k = static_cast<int>(num("top_k", 0.0f));
+  p.min_p = num("min_p", 0.0f);
+  p.repetition_penalty = num("repetition_penalty", 1.0f);
+  auto ds = g.find("do_sample");
+  if (ds != g.end() && ds->is_boolean() && !ds->get<bool>()) p.temperature = 0.0f;
+  return p;
+}
+
+std::vector<int32_t> parse_id_list(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string item = s.substr(i, j - i);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int32_t v = 0;
+    auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+    TF_CHECK(!item.empty() && r.ec == std::errc() && r.ptr == item.data() + item.size(),
+             "token id list: '", item, "' is not an integer");
+    ids.push_back(v);
+    i = j + 1;
+  }
+  return ids;
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,41 @@
+#pragma once
+// What every command that runs a model needs: files, backend, model, tokenizer, engine.
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "formats/model_files.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf::cli {
+
+// The model used when --model is not given: the folder that ships with the project.
+std::string default_model_path();
+
+struct ModelSession {
+  ModelFiles files;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Engine> engine;
+};
+
+struct SessionOptions {
+  std::string model;  // empty: the default model
+  int threads = 0;    // 0: all cores
+  EngineOptions engine;
+  bool need_tokenizer = true;
+};
+
+std::unique_ptr<ModelSession> open_session(const SessionOptions& opt);
+
+// Sampling defaults from generation_config.json (temperature, top_p, top_k, min_p,
+// repetition_penalty; greedy when do_sample is false).
+SamplingParams sampling_defaults(const ModelFiles& files);
+
+// "1,2,3" -> ids; errors name the bad entry.
+std::vector<int32_t> parse_id_list(const std::string& s);
+
+}  // namespace tf::cli

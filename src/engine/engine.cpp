@@ -1,0 +1,280 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace tf {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+    case FinishReason::None: break;
+  }
+  return "";
+}
+
+struct Engine::Lane {
+  int index = 0;
+  bool active = false;
+  uint64_t id = 0;
+  GenerationRequest req;
+  std::vector<int32_t> tokens;  // prompt then generated
+  std::vector<int32_t> pages;
+  int computed = 0;
+  int generated = 0;
+};
+
+Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
+    : model_(model),
+      backend_(backend),
+      opt_(opt),
+      pages_(1, 1) {
+  TF_CHECK(opt_.lanes >= 1 && opt_.lanes <= 4096, "engine: lanes must be in 1..4096, got ", opt_.lanes);
+  TF_CHECK(opt_.page_size >= 1 && opt_.chunk >= 1, "engine: page size and chunk must be positive");
+  const int64_t model_ctx = model.context_length() > 0 ? model.context_length() : 4096;
+  if (opt_.context <= 0) opt_.context = static_cast<int>(std::min<int64_t>(model_ctx, 1 << 30));
+  TF_CHECK(opt_.context <= model_ctx, "engine: context ", opt_.context, " exceeds the model's window of ", model_ctx);
+  const int pages_per_lane = (opt_.context + opt_.page_size - 1) / opt_.page_size;
+  const int total_pages = pages_per_lane * opt_.lanes;
+  pages_ = PagePool(total_pages, opt_.page_size);
+  kv_ = backend_.alloc_kv(model.n_layers(), total_pages, opt_.page_size, model.n_kv_heads(), model.head_dim());
+  max_rows_ = opt_.lanes + std::min(opt_.chunk, opt_.context);
+  model_.reserve(max_rows_);
+  for (int i = 0; i < opt_.lanes; ++i) {
+    lanes_.push_back(std::make_unique<Lane>());
+    lanes_.back()->index = i;
+  }
+}
+
+Engine::~Engine() = default;
+
+uint64_t Engine::submit(GenerationRequest req) {
+  const int32_t V = model_.vocab_size();
+  TF_CHECK(!req.prompt.empty(), "the prompt is empty");
+  for (int32_t t : req.prompt) TF_CHECK(t >= 0 && t < V, "prompt token id ", t, " is outside the vocabulary (0..", V - 1, ")");
+  TF_CHECK(req.max_tokens >= 0, "max_tokens must not be negative");
+  const int64_t need = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+  TF_CHECK(need <= opt_.context, "prompt of ", req.prompt.size(), " tokens plus max_tokens ", req.max_tokens,
+           " exceeds the context of ", opt_.context, " tokens");
+  std::lock_guard<std::mutex> lock(mu_);
+  TF_CHECK(static_cast<int>(queue_.size()) < opt_.max_queue, "the request queue is full (", opt_.max_queue, ")");
+  uint64_t id = next_id_++;
+  queue_.push_back({id, std::move(req)});
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(id);
+  cv_.notify_all();
+}
+
+void Engine::stop() {
+  stopped_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+void Engine::wait_for_work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stopped_ || !queue_.empty() || !cancels_.empty() || busy_ > 0; });
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.lanes = opt_.lanes;
+  s.lanes_busy = busy_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.queued = static_cast<int>(queue_.size());
+  }
+  s.pages_total = pages_.total();
+  s.pages_free = pages_.free_count();
+  s.pages_used = pages_.used_count();
+  s.page_size = opt_.page_size;
+  s.kv_bytes = kv_ ? kv_->bytes() : 0;
+  s.scratch_rows = static_cast<uint64_t>(max_rows_);
+  s.rounds = rounds_;
+  s.prompt_tokens = prompt_tokens_;
+  s.generated_tokens = generated_tokens_;
+  return s;
+}
+
+void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
+  TokenEvent ev;
+  ev.request = lane.id;
+  ev.finish = reason;
+  ev.error = error;
+  ev.prompt_tokens = static_cast<int>(lane.req.prompt.size());
+  ev.completion_tokens = lane.generated;
+  auto cb = std::move(lane.req.on_event);
+  pages_.release(lane.pages);
+  lane.active = false;
+  lane.tokens.clear();
+  lane.req = GenerationRequest{};
+  --busy_;
+  if (cb) cb(ev);
+}
+
+void Engine::apply_cancels() {
+  std::vector<uint64_t> cancels;
+  std::deque<Pending> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels.swap(cancels_);
+    for (uint64_t id : cancels) {
+      for (auto it = queue_.begin(); it != queue_.end(); ++it)
+        if (it->id == id) {
+          dropped.push_back(std::move(*it));
+          queue_.erase(it);
+          break;
+        }
+    }
+  }
+  for (auto& p : dropped) {
+    TokenEvent ev;
+    ev.request = p.id;
+    ev.finish = FinishReason::Cancelled;
+    ev.prompt_tokens = static_cast<int>(p.req.prompt.size());
+    if (p.req.on_event) p.req.on_event(ev);
+  }
+  for (uint64_t id : cancels)
+    for (auto& l : lanes_)
+      if (l->active && l->id == id) finish(*l, FinishReason::Cancelled);
+}
+
+void Engine::admit() {
+  for (auto& l : lanes_) {
+    if (l->active) continue;
+    Pending p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) return;
+      const int64_t need = static_cast<int64_t>(queue_.front().req.prompt.size()) + queue_.front().req.max_tokens;
+      const int n_pages = static_cast<int>((need + opt_.page_size - 1) / opt_.page_size);
+      if (n_pages > pages_.free_count()) return;  // waits for pages in FIFO order
+      p = std::move(queue_.front());
+      queue_.pop_front();
+      pages_.alloc(n_pages, l->pages);
+    }
+    l->active = true;
+    l->id = p.id;
+    l->req = std::move(p.req);
+    l->tokens = l->req.prompt;
+    l->computed = 0;
+    l->generated = 0;
+    ++busy_;
+    if (l->req.max_tokens == 0 && !l->req.on_logits) finish(*l, FinishReason::Length);
+  }
+}
+
+bool Engine::step() {
+  apply_cancels();
+  admit();
+  std::vector<LaneStatus> status;
+  for (auto& l : lanes_)
+    if (l->active)
+      status.push_back({l->index, l->computed, static_cast<int>(l->req.prompt.size()), static_cast<int>(l->tokens.size())});
+  if (status.empty()) return false;
+  RoundPlan plan = plan_round(status, max_rows_, opt_.chunk);
+  if (plan.items.empty()) return false;
+
+  RoundInput in;
+  std::vector<int> item_first_row;
+  std::vector<std::vector<int>> item_logit_index;
+  for (const auto& it : plan.items) {
+    Lane& l = *lanes_[static_cast<size_t>(it.lane)];
+    const int seq = static_cast<int>(in.layout.seq_pages.size());
+    in.layout.seq_pages.push_back(l.pages);
+    item_first_row.push_back(in.layout.rows());
+    std::vector<int> logit_idx;
+    const bool last_chunk = it.end >= static_cast<int>(l.req.prompt.size());
+    for (int pos = it.begin; pos < it.end; ++pos) {
+      const int row = in.layout.rows();
+      in.tokens.push_back(l.tokens[static_cast<size_t>(pos)]);
+      in.layout.pos.push_back(pos);
+      in.layout.seq.push_back(seq);
+      const bool want = it.decode || l.req.on_logits || (last_chunk && pos == it.end - 1);
+      if (want) {
+        logit_idx.push_back(static_cast<int>(in.logit_rows.size()));
+        in.logit_rows.push_back(row);
+      } else {
+        logit_idx.push_back(-1);
+      }
+    }
+    item_logit_index.push_back(std::move(logit_idx));
+  }
+  std::vector<float> logits;
+  try {
+    model_.forward(in, *kv_, logits);
+  } catch (const std::exception& e) {
+    log_error("round failed: ", e.what());
+    for (const auto& it : plan.items) {
+      Lane& l = *lanes_[static_cast<size_t>(it.lane)];
+      if (l.active) finish(l, FinishReason::Error, e.what());
+    }
+    return true;
+  }
+  ++rounds_;
+  const int32_t V = model_.vocab_size();
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const PlanItem& it = plan.items[i];
+    Lane& l = *lanes_[static_cast<size_t>(it.lane)];
+    if (!l.active) continue;
+    const int n_prompt = static_cast<int>(l.req.prompt.size());
+    if (!it.decode) prompt_tokens_ += static_cast<uint64_t>(it.end - it.begin);
+    l.computed = it.end;
+    if (l.req.on_logits) {
+      for (int pos = it.begin; pos < it.end; ++pos) {
+        int li = item_logit_index[i][static_cast<size_t>(pos - it.begin)];
+        l.req.on_logits(pos, logits.data() + static_cast<size_t>(li) * V);
+      }
+    }
+    if (l.computed < n_prompt) continue;
+    if (l.req.max_tokens == 0) {
+      finish(l, FinishReason::Length);
+      continue;
+    }
+    const int li = item_logit_index[i].back();
+    const float* row = logits.data() + static_cast<size_t>(li) * V;
+    const uint64_t position = l.tokens.size();
+    int32_t tok = sampler_.sample(row, V, l.req.sampling, l.tokens, static_cast<size_t>(n_prompt), position);
+    TokenEvent ev;
+    ev.request = l.id;
+    ev.token = tok;
+    if (l.req.logprobs >= 0) {
+      ev.logprob = Sampler::logprob_of(row, V, tok);
+      if (l.req.logprobs > 0) ev.top = Sampler::top_logprobs(row, V, l.req.logprobs);
+    }
+    ev.prompt_tokens = n_prompt;
+    const bool is_stop = std::find(l.req.stop_ids.begin(), l.req.stop_ids.end(), tok) != l.req.stop_ids.end();
+    if (is_stop) {
+      finish(l, FinishReason::Stop);
+      continue;
+    }
+    l.tokens.push_back(tok);
+    ++l.generated;
+    ++generated_tokens_;
+    ev.completion_tokens = l.generated;
+    if (l.req.on_event) l.req.on_event(ev);
+    if (l.generated >= l.req.max_tokens || static_cast<int>(l.tokens.size()) >= opt_.context)
+      finish(l, FinishReason::Length);
+  }
+  return true;
+}
+
+void Engine::run_until_idle() {
+  for (;;) {
+    bool did = step();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!did && queue_.empty() && busy_ == 0) return;
+  }
+}
+
+}  // namespace tf

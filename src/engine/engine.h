@@ -1,0 +1,117 @@
+#pragma once
+// The engine runs rounds over lanes: it admits requests from a queue into lanes, plans each
+// round, runs the model on it and samples each lane's next token. Thread-safe submit and
+// cancel; step() runs on one thread (the CLI's or the server's engine thread).
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/page_pool.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "models/model.h"
+
+namespace tf {
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenEvent {
+  uint64_t request = 0;
+  int32_t token = -1;           // -1 on a finish-only event
+  float logprob = 0;            // of token, when logprobs were asked
+  std::vector<TokenLogprob> top;
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  int completion_tokens = 0;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int max_tokens = 16;
+  std::vector<int32_t> stop_ids;  // generation ends after any of these (not included in output)
+  int logprobs = -1;              // -1 off; 0 chosen token only; n also the n most likely
+  // Called on the engine thread for every sampled token and once with a finish reason.
+  std::function<void(const TokenEvent&)> on_event;
+  // Optional: logits of every row this request computes, prompt rows included (the row at
+  // position p predicts token p + 1); engine thread.
+  std::function<void(int pos, const float* logits)> on_logits;
+};
+
+struct EngineOptions {
+  int lanes = 1;
+  int context = 0;      // per-lane window; 0 = the model's
+  int page_size = 16;
+  int chunk = 256;      // prefill chunk grid
+  int max_queue = 1024;
+};
+
+struct EngineStats {
+  int lanes = 0, lanes_busy = 0, queued = 0;
+  int pages_total = 0, pages_free = 0, pages_used = 0, page_size = 0;
+  uint64_t kv_bytes = 0, scratch_rows = 0;
+  uint64_t rounds = 0, prompt_tokens = 0, generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, Backend& backend, const EngineOptions& opt);
+  ~Engine();
+
+  // Queues a request; throws tf::Error when the queue is full or the request can never fit.
+  uint64_t submit(GenerationRequest req);
+  void cancel(uint64_t id);
+  // Runs one round; false when there was nothing to do.
+  bool step();
+  // Runs rounds until every submitted request finished.
+  void run_until_idle();
+  // Blocks until work arrives or stop() is called (for an engine thread).
+  void wait_for_work();
+  void stop();
+  bool stopped() const { return stopped_; }
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return opt_; }
+  int context() const { return opt_.context; }
+  Model& model() { return model_; }
+
+ private:
+  struct Lane;
+  struct Pending {
+    uint64_t id;
+    GenerationRequest req;
+  };
+  void admit();
+  void finish(Lane& lane, FinishReason reason, const std::string& error = {});
+  void apply_cancels();
+
+  Model& model_;
+  Backend& backend_;
+  EngineOptions opt_;
+  std::unique_ptr<KvStorage> kv_;
+  PagePool pages_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  Sampler sampler_;
+  int max_rows_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  std::vector<uint64_t> cancels_;
+  uint64_t next_id_ = 1;
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> rounds_{0}, prompt_tokens_{0}, generated_tokens_{0};
+  std::atomic<int> busy_{0};
+};
+
+}  // namespace tf

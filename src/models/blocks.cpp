@@ -1,0 +1,195 @@
+#include "models/blocks.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace tf {
+
+WeightPtr WeightLoader::load(const TensorView& view, int64_t rows, int64_t cols) {
+  TensorView v = view;
+  v.shape = {rows, cols};
+  auto w = backend_.load_weight(v);
+  bytes_ += v.nbytes;
+  return w;
+}
+
+WeightPtr WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const TensorView& t = src_.get(name);
+  TF_CHECK(t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols, src_.describe(),
+           ": tensor ", name, " has shape [", t.shape.size() > 0 ? t.shape[0] : -1, ", ",
+           t.shape.size() > 1 ? t.shape[1] : -1, "] (", t.shape.size(), "-D), config expects [", rows,
+           ", ", cols, "]");
+  return load(t, rows, cols);
+}
+
+WeightPtr WeightLoader::vector(const std::string& name, int64_t n) {
+  const TensorView& t = src_.get(name);
+  TF_CHECK(t.numel() == n && t.shape.size() == 1, src_.describe(), ": tensor ", name, " has ",
+           t.numel(), " elements in ", t.shape.size(), " dims, config expects a vector of ", n);
+  return load(t, 1, n);
+}
+
+WeightPtr WeightLoader::optional_vector(const std::string& name, int64_t n) {
+  return has(name) ? vector(name, n) : nullptr;
+}
+
+WeightPtr WeightLoader::expert_slice(const std::string& name, int64_t experts, int64_t e,
+                                     int64_t total_rows, int64_t row0, int64_t rows, int64_t cols) {
+  const TensorView& t = src_.get(name);
+  TF_CHECK(t.shape.size() == 3 && t.shape[0] == experts && t.shape[1] == total_rows && t.shape[2] == cols,
+           src_.describe(), ": tensor ", name, " does not have shape [", experts, ", ", total_rows, ", ",
+           cols, "]");
+  uint64_t row_bytes = dtype_row_bytes(t.dtype, static_cast<uint64_t>(cols));
+  TensorView v = t;
+  v.name = cat(name, "[", e, "]");
+  v.data = t.data + (static_cast<uint64_t>(e * total_rows + row0)) * row_bytes;
+  v.nbytes = static_cast<uint64_t>(rows) * row_bytes;
+  return load(v, rows, cols);
+}
+
+AttentionBlock load_attention(WeightLoader& L, const std::string& p, const HfConfig& cfg, bool qk_norm) {
+  AttentionBlock a;
+  const int64_t H = cfg.hidden_size, nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads,
+                hd = cfg.head_dim;
+  a.q = L.matrix(p + "q_proj.weight", nh * hd, H);
+  a.k = L.matrix(p + "k_proj.weight", nkv * hd, H);
+  a.v = L.matrix(p + "v_proj.weight", nkv * hd, H);
+  a.o = L.matrix(p + "o_proj.weight", H, nh * hd);
+  a.q_bias = L.optional_vector(p + "q_proj.bias", nh * hd);
+  a.k_bias = L.optional_vector(p + "k_proj.bias", nkv * hd);
+  a.v_bias = L.optional_vector(p + "v_proj.bias", nkv * hd);
+  a.o_bias = L.optional_vector(p + "o_proj.bias", H);
+  if (qk_norm) {
+    a.q_norm = L.vector(p + "q_norm.weight", hd);
+    a.k_norm = L.vector(p + "k_norm.weight", hd);
+  }
+  a.norm_eps = static_cast<float>(cfg.rms_norm_eps);
+  a.params.n_heads = static_cast<int>(nh);
+  a.params.n_kv_heads = static_cast<int>(nkv);
+  a.params.head_dim = static_cast<int>(hd);
+  a.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  return a;
+}
+
+MlpBlock load_mlp(WeightLoader& L, const std::string& p, int64_t hidden, int64_t inter, bool bias) {
+  MlpBlock m;
+  m.gate = L.matrix(p + "gate_proj.weight", inter, hidden);
+  m.up = L.matrix(p + "up_proj.weight", inter, hidden);
+  m.down = L.matrix(p + "down_proj.weight", hidden, inter);
+  TF_CHECK(!bias, "mlp bias is not supported");
+  m.inter = inter;
+  return m;
+}
+
+MoeBlock load_moe(WeightLoader& L, const std::string& p, const HfConfig& cfg) {
+  MoeBlock m;
+  const int64_t H = cfg.hidden_size, E = cfg.num_experts, I = cfg.moe_intermediate_size;
+  TF_CHECK(E > 0 && cfg.num_experts_per_tok > 0 && cfg.num_experts_per_tok <= E && I > 0,
+           "moe config: num_experts ", E, ", num_experts_per_tok ", cfg.num_experts_per_tok,
+           ", moe_intermediate_size ", I, " are not usable");
+  m.router = L.matrix(p + "gate.weight", E, H);
+  m.top_k = static_cast<int>(cfg.num_experts_per_tok);
+  m.norm_topk = cfg.norm_topk_prob;
+  m.inter = I;
+  const bool stacked = L.has(p + "experts.gate_up_proj");
+  for (int64_t e = 0; e < E; ++e) {
+    if (stacked) {
+      MlpBlock x;
+      x.gate = L.expert_slice(p + "experts.gate_up_proj", E, e, 2 * I, 0, I, H);
+      x.up = L.expert_slice(p + "experts.gate_up_proj", E, e, 2 * I, I, I, H);
+      x.down = L.expert_slice(p + "experts.down_proj", E, e, H, 0, H, I);
+      x.inter = I;
+      m.experts.push_back(std::move(x));
+    } else {
+      m.experts.push_back(load_mlp(L, cat(p, "experts.", e, "."), H, I, false));
+    }
+  }
+  if (cfg.shared_expert_intermediate_size > 0) {
+    m.shared = std::make_unique<MlpBlock>(
+        load_mlp(L, p + "shared_expert.", H, cfg.shared_expert_intermediate_size, false));
+    if (L.has(p + "shared_expert_gate.weight")) m.shared_gate = L.matrix(p + "shared_expert_gate.weight", 1, H);
+  }
+  return m;
+}
+
+void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& rope, Tensor in,
+                       Tensor out, Scratch& s, KvStorage& kv, int layer, const RowLayout& rows) {
+  const int64_t m = in.rows;
+  const auto& P = a.params;
+  Tensor q = s.q.slice_rows(0, m), k = s.k.slice_rows(0, m), v = s.v.slice_rows(0, m);
+  b.matmul(in, *a.q, a.q_bias.get(), q);
+  b.matmul(in, *a.k, a.k_bias.get(), k);
+  b.matmul(in, *a.v, a.v_bias.get(), v);
+  if (a.q_norm) b.rmsnorm(q.reshape(P.head_dim), *a.q_norm, a.norm_eps, false, q.reshape(P.head_dim));
+  if (a.k_norm) b.rmsnorm(k.reshape(P.head_dim), *a.k_norm, a.norm_eps, false, k.reshape(P.head_dim));
+  b.rope(q, P.n_heads, rows.pos.data(), rope);
+  b.rope(k, P.n_kv_heads, rows.pos.data(), rope);
+  b.kv_store(kv, layer, k, v, rows);
+  Tensor att = s.att.slice_rows(0, m);
+  b.attention(q, att, kv, layer, rows, P);
+  b.matmul(att, *a.o, a.o_bias.get(), out);
+}
+
+void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor gate, Tensor up, Tensor act) {
+  const int64_t rows = in.rows;
+  Tensor g{gate.data, rows, m.inter}, u{up.data, rows, m.inter}, a{act.data, rows, m.inter};
+  b.matmul(in, *m.gate, nullptr, g);
+  b.matmul(in, *m.up, nullptr, u);
+  b.act_mul(m.act, g, u, a);
+  b.matmul(a, *m.down, nullptr, out);
+}
+
+void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& s) {
+  const int64_t rows = in.rows;
+  const int E = static_cast<int>(m.experts.size()), k = m.top_k;
+  Tensor router{s.router.data, rows, E};
+  b.matmul(in, *m.router, nullptr, router);
+  s.topk_idx.resize(static_cast<size_t>(rows * k));
+  s.topk_w.resize(static_cast<size_t>(rows * k));
+  b.topk_softmax(router, k, m.norm_topk, s.topk_idx.data(), s.topk_w.data());
+  // Token lists per expert; each token's contributions are then added in expert order.
+  std::vector<std::vector<int32_t>> tok(static_cast<size_t>(E));
+  std::vector<std::vector<float>> wt(static_cast<size_t>(E));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < k; ++j) {
+      int32_t e = s.topk_idx[static_cast<size_t>(r * k + j)];
+      TF_CHECK(e >= 0 && e < E, "moe: router chose expert ", e, " of ", E);
+      tok[static_cast<size_t>(e)].push_back(static_cast<int32_t>(r));
+      wt[static_cast<size_t>(e)].push_back(s.topk_w[static_cast<size_t>(r * k + j)]);
+    }
+  Tensor acc{s.moe_acc.data, rows, in.cols};
+  std::vector<float> zeros(static_cast<size_t>(rows * in.cols), 0.0f);
+  b.from_host(zeros.data(), acc);
+  for (int e = 0; e < E; ++e) {
+    const auto& t = tok[static_cast<size_t>(e)];
+    if (t.empty()) continue;
+    const int n = static_cast<int>(t.size());
+    Tensor xin{s.moe_in.data, n, in.cols}, xo{s.moe_out.data, n, in.cols};
+    b.gather_rows(in, t.data(), n, xin);
+    mlp_forward(b, m.experts[static_cast<size_t>(e)], xin, xo, s.moe_gate, s.moe_up, s.moe_act);
+    b.scatter_add_scaled(acc, xo, t.data(), wt[static_cast<size_t>(e)].data(), n);
+  }
+  if (m.shared) {
+    mlp_forward(b, *m.shared, in, out, s.gate, s.up, s.act);
+    if (m.shared_gate) {
+      Tensor g{s.shared_gate.data, rows, 1};
+      b.matmul(in, *m.shared_gate, nullptr, g);
+      std::vector<float> gh(static_cast<size_t>(rows)), oh(static_cast<size_t>(rows * in.cols));
+      b.to_host(g, gh.data());
+      b.to_host(out, oh.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float sg = 1.0f / (1.0f + std::exp(-gh[static_cast<size_t>(r)]));
+        for (int64_t c = 0; c < in.cols; ++c) oh[static_cast<size_t>(r * in.cols + c)] *= sg;
+      }
+      b.from_host(oh.data(), out);
+    }
+    b.add(out, acc);
+  } else {
+    b.from_host(zeros.data(), out);
+    b.add(out, acc);
+  }
+}
+
+}  // namespace tf

@@ -1,0 +1,83 @@
+#pragma once
+// Shared blocks the model families are built from: weight loading with shape checks,
+// attention, gated MLP and mixture-of-experts layers.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "formats/hf_config.h"
+#include "formats/weight_source.h"
+
+namespace tf {
+
+using WeightPtr = std::unique_ptr<Weight>;
+
+// Loads named tensors onto the backend, checking each one's shape against the config.
+class WeightLoader {
+ public:
+  WeightLoader(const WeightSource& src, Backend& backend) : src_(src), backend_(backend) {}
+  WeightPtr matrix(const std::string& name, int64_t rows, int64_t cols);
+  WeightPtr vector(const std::string& name, int64_t n);
+  WeightPtr optional_vector(const std::string& name, int64_t n);
+  bool has(const std::string& name) const { return src_.find(name) != nullptr; }
+  // Rows [row0, row0 + rows) of expert e of a stacked [experts x R x cols] tensor.
+  WeightPtr expert_slice(const std::string& name, int64_t experts, int64_t e, int64_t total_rows,
+                         int64_t row0, int64_t rows, int64_t cols);
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  WeightPtr load(const TensorView& view, int64_t rows, int64_t cols);
+  const WeightSource& src_;
+  Backend& backend_;
+  uint64_t bytes_ = 0;
+};
+
+struct AttentionBlock {
+  WeightPtr q, k, v, o;
+  WeightPtr q_bias, k_bias, v_bias, o_bias;
+  WeightPtr q_norm, k_norm;  // per-head RMSNorm (Qwen3)
+  float norm_eps = 1e-6f;
+  AttnParams params;
+};
+
+struct MlpBlock {
+  WeightPtr gate, up, down;
+  Act act = Act::SiLU;
+  int64_t inter = 0;
+};
+
+struct MoeBlock {
+  WeightPtr router;
+  std::vector<MlpBlock> experts;
+  std::unique_ptr<MlpBlock> shared;
+  WeightPtr shared_gate;  // sigmoid gate of the shared expert, [1 x hidden]
+  int top_k = 0;
+  bool norm_topk = false;
+  int64_t inter = 0;
+};
+
+AttentionBlock load_attention(WeightLoader& L, const std::string& prefix, const HfConfig& cfg,
+                              bool qk_norm);
+MlpBlock load_mlp(WeightLoader& L, const std::string& prefix, int64_t hidden, int64_t inter, bool bias);
+// Experts as separate tensors (experts.E.gate_proj) or stacked (experts.gate_up_proj).
+MoeBlock load_moe(WeightLoader& L, const std::string& prefix, const HfConfig& cfg);
+
+// Scratch for one round, sized once for the widest round.
+struct Scratch {
+  Tensor x, h, q, k, v, att, o, gate, up, act, down;
+  Tensor router, moe_in, moe_gate, moe_up, moe_act, moe_out, moe_acc, shared_gate;
+  Tensor final_rows, logits;
+  int max_rows = 0;
+  int max_logit_rows = 0;
+  std::vector<int32_t> topk_idx;
+  std::vector<float> topk_w;
+};
+
+void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& rope, Tensor in,
+                       Tensor out, Scratch& s, KvStorage& kv, int layer, const RowLayout& rows);
+void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor gate, Tensor up,
+                 Tensor act);
+void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& s);
+
+}  // namespace tf

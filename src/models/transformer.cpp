@@ -1,0 +1,109 @@
+#include "models/transformer.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace tf {
+
+TransformerModel::TransformerModel(const HfConfig& cfg, Backend& backend, std::string family)
+    : b_(backend) {
+  config_ = cfg;
+  family_ = std::move(family);
+}
+
+TransformerModel::~TransformerModel() { free_scratch(); }
+
+void TransformerModel::load_embeddings(WeightLoader& L) {
+  const auto& c = config_;
+  embed = L.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size);
+  final_norm = L.vector("model.norm.weight", c.hidden_size);
+  if (L.has("lm_head.weight") && !c.tie_word_embeddings)
+    lm_head = L.matrix("lm_head.weight", c.vocab_size, c.hidden_size);
+  else
+    TF_CHECK(c.tie_word_embeddings, "tensor lm_head.weight is missing and tie_word_embeddings is false");
+}
+
+void TransformerModel::free_scratch() {
+  for (Tensor* t : {&s_.x, &s_.h, &s_.q, &s_.k, &s_.v, &s_.att, &s_.o, &s_.gate, &s_.up, &s_.act,
+                    &s_.down, &s_.router, &s_.moe_in, &s_.moe_gate, &s_.moe_up, &s_.moe_act,
+                    &s_.moe_out, &s_.moe_acc, &s_.shared_gate, &s_.final_rows, &s_.logits})
+    if (t->data) b_.free(*t);
+  s_.max_rows = 0;
+}
+
+void TransformerModel::reserve(int max_rows) {
+  if (max_rows <= s_.max_rows) return;
+  free_scratch();
+  const auto& c = config_;
+  const int64_t R = max_rows, H = c.hidden_size, hd = c.head_dim;
+  int64_t inter = c.intermediate_size;
+  if (c.shared_expert_intermediate_size > inter) inter = c.shared_expert_intermediate_size;
+  s_.x = b_.alloc(R, H);
+  s_.h = b_.alloc(R, H);
+  s_.o = b_.alloc(R, H);
+  s_.down = b_.alloc(R, H);
+  s_.q = b_.alloc(R, c.num_attention_heads * hd);
+  s_.att = b_.alloc(R, c.num_attention_heads * hd);
+  s_.k = b_.alloc(R, c.num_key_value_heads * hd);
+  s_.v = b_.alloc(R, c.num_key_value_heads * hd);
+  if (inter > 0) {
+    s_.gate = b_.alloc(R, inter);
+    s_.up = b_.alloc(R, inter);
+    s_.act = b_.alloc(R, inter);
+  }
+  if (c.num_experts > 0) {
+    s_.router = b_.alloc(R, c.num_experts);
+    s_.moe_in = b_.alloc(R, H);
+    s_.moe_out = b_.alloc(R, H);
+    s_.moe_acc = b_.alloc(R, H);
+    s_.moe_gate = b_.alloc(R, c.moe_intermediate_size);
+    s_.moe_up = b_.alloc(R, c.moe_intermediate_size);
+    s_.moe_act = b_.alloc(R, c.moe_intermediate_size);
+    s_.shared_gate = b_.alloc(R, 1);
+  }
+  s_.max_logit_rows = static_cast<int>(std::min<int64_t>(R, 64));
+  s_.final_rows = b_.alloc(s_.max_logit_rows, H);
+  s_.logits = b_.alloc(s_.max_logit_rows, c.vocab_size);
+  s_.max_rows = max_rows;
+}
+
+void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) {
+  const int m = static_cast<int>(in.tokens.size());
+  TF_CHECK(m > 0 && m == in.layout.rows(), "forward: ", m, " tokens but ", in.layout.rows(), " row positions");
+  TF_CHECK(m <= s_.max_rows, "forward: round of ", m, " rows exceeds the reserved ", s_.max_rows);
+  const int32_t V = vocab_size();
+  for (int32_t t : in.tokens) TF_CHECK(t >= 0 && t < V, "forward: token id ", t, " outside the vocabulary of ", V);
+  const int64_t H = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
+  b_.embed(*embed, in.tokens.data(), m, x);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const DecoderLayer& L = layers[l];
+    b_.rmsnorm(x, *L.input_norm, eps, false, h);
+    attention_forward(b_, L.attn, rope, h, o, s_, kv, static_cast<int>(l), in.layout);
+    b_.add(x, o);
+    b_.rmsnorm(x, *L.post_attn_norm, eps, false, h);
+    if (L.moe) moe_forward(b_, *L.moe, h, o, s_);
+    else mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act);
+    b_.add(x, o);
+  }
+  const Weight& head = lm_head ? *lm_head : *embed;
+  const size_t n_logits = in.logit_rows.size();
+  logits.resize(n_logits * static_cast<size_t>(V));
+  for (size_t done = 0; done < n_logits;) {
+    const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s_.max_logit_rows)));
+    for (int i = 0; i < n; ++i) {
+      int32_t r = in.logit_rows[done + static_cast<size_t>(i)];
+      TF_CHECK(r >= 0 && r < m, "forward: logit row ", r, " outside the round of ", m);
+    }
+    Tensor fr{s_.final_rows.data, n, H}, lg{s_.logits.data, n, V};
+    b_.gather_rows(x, in.logit_rows.data() + done, n, fr);
+    b_.rmsnorm(fr, *final_norm, eps, false, fr);
+    b_.matmul(fr, head, nullptr, lg);
+    b_.to_host(lg, logits.data() + done * static_cast<size_t>(V));
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace tf

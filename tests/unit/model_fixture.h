@@ -1,0 +1,76 @@
+#pragma once
+// Loads a golden fixture model and runs requests through the engine for tests.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "formats/model_files.h"
+#include "models/model.h"
+
+namespace tf::test {
+
+inline std::string golden_dir(const std::string& name) {
+  return std::string(TF_SOURCE_DIR) + "/tests/fixtures/golden/" + name;
+}
+
+inline std::vector<std::string> golden_models() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(TF_SOURCE_DIR) + "/tests/fixtures/golden"))
+    if (e.is_directory()) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct LoadedModel {
+  ModelFiles files;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+};
+
+inline std::unique_ptr<LoadedModel> load_fixture(const std::string& path, int threads = 2) {
+  auto m = std::make_unique<LoadedModel>();
+  m->files = open_model(path);
+  m->backend = make_cpu_backend(threads);
+  m->model = load_model(m->files, *m->backend);
+  return m;
+}
+
+// Every logit row of a request, by position, and its sampled tokens.
+struct Trace {
+  std::map<int, std::vector<float>> logits;
+  std::vector<int32_t> tokens;
+};
+
+struct Job {
+  std::vector<int32_t> prompt;
+  int max_tokens = 8;
+  SamplingParams sampling;
+};
+
+// Submits all jobs at once to one engine and runs it until idle.
+inline std::vector<Trace> run_jobs(Model& model, Backend& backend, const EngineOptions& opt,
+                                   const std::vector<Job>& jobs) {
+  Engine engine(model, backend, opt);
+  std::vector<Trace> traces(jobs.size());
+  const int32_t V = model.vocab_size();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    GenerationRequest req;
+    req.prompt = jobs[i].prompt;
+    req.max_tokens = jobs[i].max_tokens;
+    req.sampling = jobs[i].sampling;
+    Trace* t = &traces[i];
+    req.on_logits = [t, V](int pos, const float* lg) { t->logits[pos].assign(lg, lg + V); };
+    req.on_event = [t](const TokenEvent& ev) {
+      if (ev.token >= 0) t->tokens.push_back(ev.token);
+    };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  return traces;
+}
+
+}  // namespace tf::test

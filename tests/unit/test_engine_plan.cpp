@@ -1,0 +1,146 @@
+#include <gtest/gtest.h>
+
+#include "engine/page_pool.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+namespace tf {
+
+TEST(Scheduler, ChunksEndOnTheGridOrThePromptEnd) {
+  EXPECT_EQ(chunk_end(0, 1000, 256), 256);
+  EXPECT_EQ(chunk_end(256, 1000, 256), 512);
+  EXPECT_EQ(chunk_end(768, 1000, 256), 1000);
+  EXPECT_EQ(chunk_end(100, 1000, 256), 256);  // a resumed prompt realigns to the grid
+  EXPECT_EQ(chunk_end(0, 5, 256), 5);
+}
+
+TEST(Scheduler, ChunkWidthsDoNotDependOnLoad) {
+  // The same prompt's chunk seams alone and beside busy lanes.
+  auto seams = [](int other_lanes) {
+    std::vector<LaneStatus> lanes;
+    for (int i = 0; i < other_lanes; ++i) lanes.push_back({i + 1, 10, 5, 11});  // decoding
+    lanes.push_back({0, 0, 700, 700});
+    std::vector<int> ends;
+    while (lanes.back().computed < 700) {
+      RoundPlan plan = plan_round(lanes, other_lanes + 256, 256);
+      for (const auto& it : plan.items)
+        if (it.lane == 0) {
+          ends.push_back(it.end);
+          lanes.back().computed = it.end;
+        }
+    }
+    return ends;
+  };
+  std::vector<int> expect = {256, 512, 700};
+  EXPECT_EQ(seams(0), expect);
+  EXPECT_EQ(seams(3), expect);
+  EXPECT_EQ(seams(63), expect);
+}
+
+TEST(Scheduler, DecodeRowsFirstAndWholeChunksOnly) {
+  std::vector<LaneStatus> lanes = {{0, 0, 300, 300}, {1, 0, 300, 300}, {2, 20, 10, 21}};
+  RoundPlan plan = plan_round(lanes, 1 + 256, 256);
+  ASSERT_EQ(plan.items.size(), 2u);
+  EXPECT_TRUE(plan.items[0].decode);
+  EXPECT_EQ(plan.items[0].lane, 2);
+  EXPECT_EQ(plan.items[1].lane, 0);
+  EXPECT_EQ(plan.items[1].end - plan.items[1].begin, 256);
+  EXPECT_EQ(plan.rows(), 257);
+}
+
+TEST(PagePool, CensusHoldsThroughAllocRefRelease) {
+  PagePool pool(10, 16);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(pool.alloc(4, a));
+  ASSERT_TRUE(pool.alloc(6, b));
+  EXPECT_FALSE(pool.alloc(1, a));
+  EXPECT_EQ(a.size(), 4u);
+  EXPECT_EQ(pool.free_count(), 0);
+  pool.ref(a[0]);
+  pool.release(a);
+  EXPECT_EQ(pool.free_count(), 3);
+  EXPECT_TRUE(pool.census_ok());
+  pool.release(b);
+  EXPECT_EQ(pool.free_count(), 9);
+  EXPECT_EQ(pool.used_count() + pool.free_count(), pool.total());
+  EXPECT_THROW(pool.unref(b.empty() ? 5 : b[0]), Error);
+}
+
+TEST(Sampler, PhiloxMatchesTheRandom123KnownAnswers) {
+  struct Kat {
+    uint32_t ctr[4], key[2], out[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const auto& k : kats) {
+    uint32_t out[4];
+    philox4x32(k.ctr, k.key, out);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], k.out[i]);
+  }
+}
+
+TEST(Sampler, DrawDependsOnSeedAndPositionOnly) {
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 11) * 0.3f;
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  Sampler a, b;
+  std::vector<int32_t> hist = {1, 2, 3};
+  for (uint64_t pos = 3; pos < 40; ++pos) {
+    EXPECT_EQ(a.sample(logits.data(), 50, p, hist, 3, pos), b.sample(logits.data(), 50, p, hist, 3, pos));
+  }
+  // Different positions give different draws somewhere.
+  int differ = 0;
+  for (uint64_t pos = 3; pos < 40; ++pos)
+    differ += a.sample(logits.data(), 50, p, hist, 3, pos) != a.sample(logits.data(), 50, p, hist, 3, pos + 1);
+  EXPECT_GT(differ, 0);
+}
+
+TEST(Sampler, FiltersKeepOnlyWhatTheyShould) {
+  std::vector<float> logits = {0.0f, 5.0f, 4.9f, -3.0f, 4.8f};
+  Sampler s;
+  SamplingParams p;
+  std::vector<int32_t> hist = {0};
+  p.temperature = 0;
+  EXPECT_EQ(s.sample(logits.data(), 5, p, hist, 1, 1), 1);
+  p.temperature = 1.0f;
+  p.top_k = 2;
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    p.seed = pos;
+    int32_t t = s.sample(logits.data(), 5, p, hist, 1, pos);
+    EXPECT_TRUE(t == 1 || t == 2) << t;
+  }
+  p.top_k = 0;
+  p.min_p = 0.5f;  // drops 0 and 3 (probability far below half of the top)
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    int32_t t = s.sample(logits.data(), 5, p, hist, 1, pos);
+    EXPECT_TRUE(t == 1 || t == 2 || t == 4) << t;
+  }
+  p.min_p = 0;
+  p.top_p = 0.01f;  // only the single most likely token
+  for (uint64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(s.sample(logits.data(), 5, p, hist, 1, pos), 1);
+}
+
+TEST(Sampler, PenaltiesFollowTheirDefinitions) {
+  std::vector<float> logits = {1.0f, 2.0f, 1.9f};
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 0;
+  std::vector<int32_t> hist = {0, 1};  // prompt 0, generated 1
+  p.repetition_penalty = 1.2f;         // 2.0 / 1.2 < 1.9
+  EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 2);
+  p.repetition_penalty = 1.0f;
+  p.presence_penalty = 0.2f;  // only generated tokens count
+  EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 2);
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = 0.05f;  // 2.0 - 0.05 > 1.9
+  EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 1);
+}
+
+}  // namespace tf
