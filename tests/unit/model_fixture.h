@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "base/error.h"
 #include "engine/engine.h"
 #include "formats/model_files.h"
 #include "models/model.h"

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"

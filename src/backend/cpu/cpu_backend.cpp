@@ -1,0 +1,279 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+
+namespace tf::cpu {
+
+namespace {
+
+constexpr int64_t kMaxElems = int64_t{1} << 40;
+
+float* alloc_zeroed(uint64_t bytes, const char* what) {
+  uint64_t padded = (std::max<uint64_t>(bytes, 1) + 63) & ~uint64_t{63};
+  void* p = std::aligned_alloc(64, padded);
+  TF_CHECK(p != nullptr, what, ": out of memory allocating ", padded, " bytes");
+  std::memset(p, 0, padded);
+  return static_cast<float*>(p);
+}
+
+}  // namespace
+
+void check_tensor(const Tensor& t, const char* op, const char* what) {
+  TF_CHECK(t.rows >= 0 && t.cols >= 0 && t.rows <= kMaxElems && t.cols <= kMaxElems, op, ": ",
+           what, " has bad shape [", t.rows, " x ", t.cols, "]");
+  TF_CHECK(t.rows * t.cols == 0 || t.data != nullptr, op, ": ", what, " [", t.rows, " x ", t.cols,
+           "] has no data");
+}
+
+const CpuWeight& as_cpu(const Weight& w, const char* op) {
+  auto* cw = dynamic_cast<const CpuWeight*>(&w);
+  TF_CHECK(cw != nullptr, op, ": weight ", w.name, " was not loaded by the cpu backend");
+  return *cw;
+}
+
+CpuKv::CpuKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_dim_,
+             ByteCounter counter)
+    : counter_(std::move(counter)) {
+  TF_CHECK(layers_ > 0 && pages_ > 0 && page_size_ > 0 && kv_heads_ > 0 && head_dim_ > 0,
+           "alloc_kv: bad shape layers=", layers_, " pages=", pages_, " page_size=", page_size_,
+           " kv_heads=", kv_heads_, " head_dim=", head_dim_);
+  layers = layers_, pages = pages_, page_size = page_size_, kv_heads = kv_heads_,
+  head_dim = head_dim_;
+  elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
+  TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxElems), "alloc_kv: ", elems_,
+           " elements is too many");
+  k_ = alloc_zeroed(elems_ * sizeof(float), "alloc_kv");
+  v_ = static_cast<float*>(nullptr);
+  try {
+    v_ = alloc_zeroed(elems_ * sizeof(float), "alloc_kv");
+  } catch (...) {
+    std::free(k_);
+    throw;
+  }
+  counter_->fetch_add(bytes());
+}
+
+CpuKv::~CpuKv() {
+  std::free(k_);
+  std::free(v_);
+  counter_->fetch_sub(bytes());
+}
+
+CpuBackend::CpuBackend(int n_threads, const CpuKernels& kernels)
+    : kernels_(kernels),
+      pool_(n_threads > 0 ? n_threads : default_thread_count()),
+      counter_(std::make_shared<std::atomic<uint64_t>>(0)) {}
+
+CpuBackend::~CpuBackend() {
+  for (auto& [p, bytes] : blocks_) std::free(p);
+}
+
+Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
+  TF_CHECK(rows >= 0 && cols >= 0 && rows <= kMaxElems && cols <= kMaxElems &&
+               (cols == 0 || rows <= kMaxElems / cols),
+           "alloc: bad shape [", rows, " x ", cols, "]");
+  if (rows * cols == 0) return Tensor{nullptr, rows, cols};
+  const uint64_t bytes = static_cast<uint64_t>(rows * cols) * sizeof(float);
+  float* p = alloc_zeroed(bytes, "alloc");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[p] = bytes;
+  }
+  counter_->fetch_add(bytes);
+  return Tensor{p, rows, cols};
+}
+
+void CpuBackend::free(Tensor& t) {
+  if (t.data == nullptr) return;
+  uint64_t bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(t.data);
+    TF_CHECK(it != blocks_.end(), "free: tensor [", t.rows, " x ", t.cols,
+             "] was not allocated by this backend (or is a slice)");
+    bytes = it->second;
+    blocks_.erase(it);
+  }
+  std::free(t.data);
+  counter_->fetch_sub(bytes);
+  t = Tensor{};
+}
+
+void CpuBackend::to_host(const Tensor& src, float* dst) {
+  check_tensor(src, "to_host", "src");
+  if (src.rows * src.cols == 0) return;
+  TF_CHECK(dst != nullptr, "to_host: null destination");
+  std::memcpy(dst, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float));
+}
+
+void CpuBackend::from_host(const float* src, Tensor dst) {
+  check_tensor(dst, "from_host", "dst");
+  if (dst.rows * dst.cols == 0) return;
+  TF_CHECK(src != nullptr, "from_host: null source");
+  std::memcpy(dst.data, src, static_cast<size_t>(dst.rows * dst.cols) * sizeof(float));
+}
+
+std::unique_ptr<Weight> CpuBackend::load_weight(const TensorView& view) {
+  const DType t = view.dtype;
+  TF_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0,
+           "load_weight: tensor ", view.name, " has dtype ", dtype_name(t),
+           "; the cpu backend takes F32, F16, BF16 or Q8_0");
+  TF_CHECK(view.shape.size() == 1 || view.shape.size() == 2, "load_weight: tensor ", view.name,
+           " has ", view.shape.size(), " dims; expected 1 or 2");
+  for (int64_t d : view.shape)
+    TF_CHECK(d > 0 && d <= kMaxElems, "load_weight: tensor ", view.name, " has bad dim ", d);
+  const int64_t rows = view.shape.size() == 2 ? view.shape[0] : 1;
+  const int64_t cols = view.shape.back();
+  const uint64_t rb = dtype_row_bytes(t, static_cast<uint64_t>(cols));
+  TF_CHECK(rb != 0, "load_weight: tensor ", view.name, " has ", cols, " columns, not a multiple of ",
+           kQ8Block, " as ", dtype_name(t), " needs");
+  TF_CHECK(static_cast<uint64_t>(rows) <= UINT64_MAX / rb &&
+               static_cast<uint64_t>(rows) * rb == view.nbytes,
+           "load_weight: tensor ", view.name, " holds ", view.nbytes, " bytes; shape [", rows,
+           " x ", cols, "] of ", dtype_name(t), " needs ", static_cast<uint64_t>(rows) * rb);
+  TF_CHECK(view.data != nullptr, "load_weight: tensor ", view.name, " has no data");
+  auto w = std::make_unique<CpuWeight>();
+  w->dtype = t;
+  w->rows = rows;
+  w->cols = cols;
+  w->name = view.name;
+  w->data = view.data;
+  w->row_bytes = rb;
+  return w;
+}
+
+std::unique_ptr<KvStorage> CpuBackend::alloc_kv(int layers, int pages, int page_size,
+                                                int kv_heads, int head_dim) {
+  return std::make_unique<CpuKv>(layers, pages, page_size, kv_heads, head_dim, counter_);
+}
+
+void CpuBackend::for_rows(int64_t n, int64_t work,
+                          const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (pool_.size() == 1 || work < (int64_t{1} << 15) || n == 1) {
+    fn(0, n);
+    return;
+  }
+  pool_.parallel_for(n, [&](int, int64_t b, int64_t e) { fn(b, e); });
+}
+
+void CpuBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor out) {
+  const CpuWeight& t = as_cpu(table, "embed");
+  check_tensor(out, "embed", "out");
+  TF_CHECK(n >= 0 && out.rows == n && out.cols == t.cols, "embed: ", t.name, " [", t.rows, " x ",
+           t.cols, "] with ", n, " ids into out [", out.rows, " x ", out.cols, "]");
+  TF_CHECK(n == 0 || ids != nullptr, "embed: null ids");
+  for (int i = 0; i < n; ++i)
+    TF_CHECK(ids[i] >= 0 && ids[i] < t.rows, "embed: id ", ids[i], " at ", i,
+             " is outside table ", t.name, " of ", t.rows, " rows");
+  const WeightRows w = t.rows_view();
+  for_rows(n, n * t.cols, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) decode_row(w, ids[i], 0, t.cols, out.row(i));
+  });
+}
+
+void CpuBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, Tensor y) {
+  const CpuWeight& w = as_cpu(wt, "matmul");
+  check_tensor(x, "matmul", "x");
+  check_tensor(y, "matmul", "y");
+  TF_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows, "matmul: x [", x.rows, " x ",
+           x.cols, "] times ", w.name, " [", w.rows, " x ", w.cols, "]^T into y [", y.rows, " x ",
+           y.cols, "]");
+  std::vector<float> bias_f32;
+  if (bias) {
+    const CpuWeight& b = as_cpu(*bias, "matmul");
+    TF_CHECK(b.rows == 1 && b.cols == w.rows, "matmul: bias ", b.name, " [", b.rows, " x ", b.cols,
+             "] does not match ", w.name, " with ", w.rows, " outputs");
+    bias_f32.resize(static_cast<size_t>(b.cols));
+    decode_row(b.rows_view(), 0, 0, b.cols, bias_f32.data());
+  }
+  const int64_t m = x.rows, N = w.rows;
+  if (m == 0 || N == 0) return;
+  MatmulBlock blk{x.data, x.cols, w.rows_view(), bias ? bias_f32.data() : nullptr, y.data, y.cols};
+  const auto fn = kernels_.matmul;
+  const int T = pool_.size();
+  if (T == 1 || m * N * w.cols < (int64_t{1} << 16)) {
+    fn(blk, 0, m, 0, N);
+    return;
+  }
+  // Split outputs only (columns, then rows); K is never split, so any split gives the same bits.
+  const int64_t cb = m < kPackMinRows ? std::max<int64_t>(12, (N / (T * 4) + 11) / 12 * 12) : 96;
+  const int64_t n_cblocks = (N + cb - 1) / cb;
+  const int64_t rb = n_cblocks >= 2 * T ? m : std::max<int64_t>(kPackMinRows, 64);
+  const int64_t n_rblocks = (m + rb - 1) / rb;
+  pool_.run_tasks(n_cblocks * n_rblocks, [&](int64_t task) {
+    const int64_t c = task % n_cblocks, r = task / n_cblocks;
+    fn(blk, r * rb, std::min(m, (r + 1) * rb), c * cb, std::min(N, (c + 1) * cb));
+  });
+}
+
+void CpuBackend::add(Tensor y, const Tensor& x) {
+  check_tensor(y, "add", "y");
+  check_tensor(x, "add", "x");
+  TF_CHECK(y.rows == x.rows && y.cols == x.cols, "add: y [", y.rows, " x ", y.cols, "] += x [",
+           x.rows, " x ", x.cols, "]");
+  const int64_t n = y.rows * y.cols;
+  for_rows(y.rows, n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * y.cols; i < e * y.cols; ++i) y.data[i] += x.data[i];
+  });
+}
+
+void CpuBackend::scale(Tensor x, float s) {
+  check_tensor(x, "scale", "x");
+  for_rows(x.rows, x.rows * x.cols, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * x.cols; i < e * x.cols; ++i) x.data[i] *= s;
+  });
+}
+
+void CpuBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) {
+  check_tensor(src, "gather_rows", "src");
+  check_tensor(dst, "gather_rows", "dst");
+  TF_CHECK(n >= 0 && dst.rows == n && dst.cols == src.cols, "gather_rows: ", n, " rows of src [",
+           src.rows, " x ", src.cols, "] into dst [", dst.rows, " x ", dst.cols, "]");
+  TF_CHECK(n == 0 || rows != nullptr, "gather_rows: null row list");
+  for (int i = 0; i < n; ++i)
+    TF_CHECK(rows[i] >= 0 && rows[i] < src.rows, "gather_rows: row ", rows[i], " at ", i,
+             " is outside src of ", src.rows, " rows");
+  for (int i = 0; i < n; ++i)
+    std::memmove(dst.row(i), src.row(rows[i]), static_cast<size_t>(src.cols) * sizeof(float));
+}
+
+void CpuBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows,
+                                    const float* w, int n) {
+  check_tensor(src, "scatter_add_scaled", "src");
+  check_tensor(dst, "scatter_add_scaled", "dst");
+  TF_CHECK(n >= 0 && src.rows == n && dst.cols == src.cols, "scatter_add_scaled: src [", src.rows,
+           " x ", src.cols, "] with ", n, " rows into dst [", dst.rows, " x ", dst.cols, "]");
+  TF_CHECK(n == 0 || (rows != nullptr && w != nullptr), "scatter_add_scaled: null rows or weights");
+  for (int i = 0; i < n; ++i)
+    TF_CHECK(rows[i] >= 0 && rows[i] < dst.rows, "scatter_add_scaled: row ", rows[i], " at ", i,
+             " is outside dst of ", dst.rows, " rows");
+  // Columns are independent, so splitting them keeps each element's i order.
+  const int64_t C = dst.cols;
+  for_rows(C, n * C, [&](int64_t b, int64_t e) {
+    for (int i = 0; i < n; ++i) {
+      float* d = dst.row(rows[i]);
+      const float* s = src.row(i);
+      for (int64_t c = b; c < e; ++c) d[c] += w[i] * s[c];
+    }
+  });
+}
+
+std::unique_ptr<Backend> make_cpu_backend_with(int n_threads, const CpuKernels& kernels) {
+  return std::make_unique<CpuBackend>(n_threads, kernels);
+}
+
+}  // namespace tf::cpu
+
+namespace tf {
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return cpu::make_cpu_backend_with(n_threads, cpu::best_kernels());
+}
+
+}  // namespace tf

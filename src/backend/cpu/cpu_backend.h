@@ -1,0 +1,99 @@
+#pragma once
+// The CPU backend: host memory, memory-mapped weights, paged f32 KV, static thread splits.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "base/thread_pool.h"
+
+namespace tf::cpu {
+
+// A weight used in place from its (memory-mapped) storage.
+class CpuWeight : public Weight {
+ public:
+  WeightRows rows_view() const { return WeightRows{data, dtype, cols, row_bytes}; }
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+// Counts bytes this backend holds; shared so storage may outlive the backend object.
+using ByteCounter = std::shared_ptr<std::atomic<uint64_t>>;
+
+class CpuKv : public KvStorage {
+ public:
+  CpuKv(int layers, int pages, int page_size, int kv_heads, int head_dim, ByteCounter counter);
+  ~CpuKv() override;
+  uint64_t bytes() const override { return 2 * elems_ * sizeof(float); }
+  // Start of the (layer, page, slot) row of kv_heads * head_dim floats.
+  float* k_at(int layer, int page, int slot) const { return k_ + offset(layer, page, slot); }
+  float* v_at(int layer, int page, int slot) const { return v_ + offset(layer, page, slot); }
+
+ private:
+  uint64_t offset(int layer, int page, int slot) const {
+    return ((static_cast<uint64_t>(layer) * pages + page) * page_size + slot) *
+           static_cast<uint64_t>(kv_heads) * head_dim;
+  }
+  uint64_t elems_ = 0;
+  float* k_ = nullptr;
+  float* v_ = nullptr;
+  ByteCounter counter_;
+};
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(int n_threads, const CpuKernels& kernels);
+  ~CpuBackend() override;
+
+  std::string name() const override { return std::string("cpu-") + kernels_.name; }
+  int threads() const override { return pool_.size(); }
+
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  void free(Tensor& t) override;
+  void to_host(const Tensor& src, float* dst) override;
+  void from_host(const float* src, Tensor dst) override;
+  std::unique_ptr<Weight> load_weight(const TensorView& view) override;
+  std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
+                                      int head_dim) override;
+  uint64_t device_bytes_in_use() const override { return counter_->load(); }
+
+  void embed(const Weight& table, const int32_t* ids, int n, Tensor out) override;
+  void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) override;
+  void rmsnorm(const Tensor& x, const Weight& g, float eps, bool add_one, Tensor y) override;
+  void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) override;
+  void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) override;
+  void add(Tensor y, const Tensor& x) override;
+  void scale(Tensor x, float s) override;
+  void kv_store(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                const RowLayout& rows) override;
+  void attention(const Tensor& q, Tensor out, const KvStorage& kv, int layer,
+                 const RowLayout& rows, const AttnParams& p) override;
+  void topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
+                    float* w_out) override;
+  void gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) override;
+  void scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows, const float* w,
+                          int n) override;
+
+ private:
+  // Runs fn(begin, end) over [0, n) in static ranges; serial when the work is small.
+  void for_rows(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
+
+  const CpuKernels& kernels_;
+  ThreadPool pool_;
+  ByteCounter counter_;
+  std::mutex mu_;
+  std::unordered_map<float*, uint64_t> blocks_;
+};
+
+// For tests and benchmarks: a backend on one given kernel table.
+std::unique_ptr<Backend> make_cpu_backend_with(int n_threads, const CpuKernels& kernels);
+
+// Throws unless w is a weight this backend made; names the op.
+const CpuWeight& as_cpu(const Weight& w, const char* op);
+
+// Checks a tensor view is well formed (non-negative sizes, data for non-empty).
+void check_tensor(const Tensor& t, const char* op, const char* what);
+
+}  // namespace tf::cpu
