@@ -39,6 +39,7 @@ int cmd_run(int argc, char** argv) {
   SessionOptions so;
   so.model = model;
   so.threads = threads;
+  so.need_tokenizer = !prompt.empty() || !ids_out;
   auto s = open_session(so);
   GenerationRequest req;
   req.prompt = prompt_ids.empty() ? s->tokenizer->encode(prompt, true) : parse_id_list(prompt_ids);
@@ -50,18 +51,21 @@ int cmd_run(int argc, char** argv) {
   if (min_p >= 0) req.sampling.min_p = min_p;
   if (rep > 0) req.sampling.repetition_penalty = rep;
   req.sampling.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
-  req.stop_ids = s->tokenizer->eos_ids;
-  if (req.stop_ids.empty() && s->tokenizer->eos_id >= 0) req.stop_ids.push_back(s->tokenizer->eos_id);
+  if (s->tokenizer) {
+    req.stop_ids = s->tokenizer->eos_ids;
+    if (req.stop_ids.empty() && s->tokenizer->eos_id >= 0) req.stop_ids.push_back(s->tokenizer->eos_id);
+  }
 
   std::vector<int32_t> out;
-  StreamDecoder dec(*s->tokenizer);
+  std::unique_ptr<StreamDecoder> dec;
+  if (!ids_out) dec = std::make_unique<StreamDecoder>(*s->tokenizer);
   std::string error;
   req.on_event = [&](const TokenEvent& ev) {
     if (ev.finish == FinishReason::Error) error = ev.error;
     if (ev.token < 0) return;
     out.push_back(ev.token);
     if (!ids_out) {
-      std::string text = dec.push(ev.token);
+      std::string text = dec->push(ev.token);
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     }
@@ -73,7 +77,7 @@ int cmd_run(int argc, char** argv) {
     for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
     std::printf("\n");
   } else {
-    std::string rest = dec.flush();
+    std::string rest = dec->flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
   }

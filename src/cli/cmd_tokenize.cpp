@@ -27,19 +27,29 @@ std::string ids_line(const std::vector<int32_t>& ids) {
   return s;
 }
 
-// One JSON string per input line in, one JSON array of ids (or an error object) per line out.
+// Per stdin line: a JSON string gives its ids; a JSON array of ids gives their decoded
+// text (special tokens kept); an error gives {"error": ...}. One JSON value per line out.
 int run_jsonl(const Tokenizer& tok, bool add_special, bool parse_special) {
   std::string line;
   while (std::getline(std::cin, line)) {
     nlohmann::json out;
     try {
       const auto j = nlohmann::json::parse(line);
-      TF_CHECK(j.is_string(), "tokenize --jsonl: each line must be a JSON string");
-      out = tok.encode(j.get<std::string>(), add_special, parse_special);
+      if (j.is_array()) {
+        std::vector<int32_t> ids;
+        for (const auto& x : j) {
+          TF_CHECK(x.is_number_integer(), "tokenize --jsonl: ids must be integers");
+          ids.push_back(x.get<int32_t>());
+        }
+        out = tok.decode(ids, false);
+      } else {
+        TF_CHECK(j.is_string(), "tokenize --jsonl: each line must be a JSON string or id array");
+        out = tok.encode(j.get<std::string>(), add_special, parse_special);
+      }
     } catch (const std::exception& e) {
       out = {{"error", e.what()}};
     }
-    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    std::cout << out.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) << '\n';
   }
   return 0;
 }
@@ -67,7 +77,7 @@ int cmd_tokenize(int argc, char** argv) {
   }
   if (!jsonl && !*text_opt && !*file_opt) fail("tokenize: give --text TEXT, --text - or --file PATH");
 
-  const ModelFiles files = open_model(model);
+  const ModelFiles files = open_tokenizer_files(model);
   const auto tok = load_tokenizer(files);
   const bool add_special = !no_special, parse_special = !no_parse_special;
   if (jsonl) return run_jsonl(*tok, add_special, parse_special);

@@ -26,7 +26,7 @@ struct SessionOptions {
   std::string model;  // empty: the default model
   int threads = 0;    // 0: all cores
   EngineOptions engine;
-  bool need_tokenizer = true;
+  bool need_tokenizer = true;  // false: load it only where the model has one
 };
 
 std::unique_ptr<ModelSession> open_session(const SessionOptions& opt);

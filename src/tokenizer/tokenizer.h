@@ -28,6 +28,8 @@ class Tokenizer {
   virtual bool is_special(int32_t id) const = 0;
   // Returns -1 when absent.
   virtual int32_t token_id(const std::string& piece) const = 0;
+  // True when decoding drops the leading space of a sequence's first token (sentencepiece).
+  virtual bool drops_first_space() const { return false; }
 
   int32_t bos_id = -1;
   int32_t eos_id = -1;
@@ -41,6 +43,10 @@ class Tokenizer {
 
 // Builds the tokenizer a model's files describe; errors name the file and the field.
 std::unique_ptr<Tokenizer> load_tokenizer(const ModelFiles& files);
+
+// The tokenizer sources of a model folder or .gguf file without its weights (what
+// `tensorfold tokenize` needs): config.json and the weights may be absent.
+ModelFiles open_tokenizer_files(const std::string& path);
 
 // Streams decoded text: bytes of a token that ends inside a UTF-8 sequence are held back
 // until the sequence completes.

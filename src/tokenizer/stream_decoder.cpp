@@ -1,0 +1,41 @@
+// Whole-sequence decode shared by the tokenizers, and the streaming decoder.
+#include "base/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace tf {
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  std::string bytes;
+  bool first = true;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;
+    if (skip_special && is_special(id)) continue;
+    std::string t = token_bytes(id);
+    if (first && drops_first_space() && !t.empty() && t[0] == ' ') t.erase(0, 1);
+    first = false;
+    bytes += t;
+  }
+  return utf8::sanitize(bytes);
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  if (id < 0 || id >= tok_.vocab_size()) return "";
+  if (skip_special_ && tok_.is_special(id)) return "";
+  std::string t = tok_.token_bytes(id);
+  if (first_ && tok_.drops_first_space() && !t.empty() && t[0] == ' ') t.erase(0, 1);
+  first_ = false;
+  pending_ += t;
+  const size_t keep = utf8::incomplete_tail(pending_);
+  std::string out = utf8::sanitize(std::string_view(pending_).substr(0, pending_.size() - keep));
+  pending_.erase(0, pending_.size() - keep);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out = utf8::sanitize(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace tf
