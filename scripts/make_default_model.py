@@ -75,7 +75,8 @@ def random_weights(c, rng):
     H, I, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
     hd, nh, nkv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
     mat = lambda r, k: rng.standard_normal((r, k)) / np.sqrt(k)
-    w = {"model.embed_tokens.weight": rng.standard_normal((c["vocab_size"], H)),
+    # Small embeddings keep the tied head's logits moderate, so sampling varies.
+    w = {"model.embed_tokens.weight": 0.15 * rng.standard_normal((c["vocab_size"], H)),
          "model.norm.weight": np.ones(H)}
     for i in range(L):
         p = f"model.layers.{i}."

@@ -1,8 +1,43 @@
+#include <CLI/CLI.hpp>
+
 #include "base/error.h"
+#include "base/log.h"
 #include "cli/commands.h"
+#include "cli/model_session.h"
+#include "server/api_server.h"
 
 namespace tf::cli {
 
-int cmd_serve(int, char**) { fail("serve: not built yet"); }
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "tensorfold serve"};
+  ServeOptions o;
+  int port = 8080;
+  app.add_option("--model", o.model_path, "model folder or .gguf file (default: the built-in model)");
+  app.add_option("--served-model-name", o.model_name, "model id clients use (default: the folder or file name)");
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port (0: any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--parallel", o.parallel, "lanes: requests decoded at once")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--context", o.context, "tokens per lane (default: the model's full window)")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1/ routes");
+  app.add_option("--threads", o.threads, "CPU threads for compute (default: all cores)");
+  app.add_option("--max-queue", o.max_queue, "requests waiting for a lane before 429")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens")->check(CLI::Range(16, 1 << 16))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (o.model_path.empty()) {
+    o.model_path = default_model_path();
+    if (o.model_name.empty()) o.model_name = "default";
+  }
+  o.port = static_cast<uint16_t>(port);
+  ApiServer server(o);
+  server.listen();
+  log_info("loading ", o.model_path, " (health answers 503 until ready)");
+  server.load();
+  server.run();
+  return 0;
+}
 
 }  // namespace tf::cli

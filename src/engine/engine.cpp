@@ -62,7 +62,8 @@ uint64_t Engine::submit(GenerationRequest req) {
   TF_CHECK(need <= opt_.context, "prompt of ", req.prompt.size(), " tokens plus max_tokens ", req.max_tokens,
            " exceeds the context of ", opt_.context, " tokens");
   std::lock_guard<std::mutex> lock(mu_);
-  TF_CHECK(static_cast<int>(queue_.size()) < opt_.max_queue, "the request queue is full (", opt_.max_queue, ")");
+  if (static_cast<int>(queue_.size()) >= opt_.max_queue)
+    throw QueueFull(cat("the request queue is full (", opt_.max_queue, " waiting); retry later"));
   uint64_t id = next_id_++;
   queue_.push_back({id, std::move(req)});
   cv_.notify_all();

@@ -13,12 +13,19 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "base/error.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "models/model.h"
 
 namespace tf {
+
+// The queue is at its bound: the caller should retry later (HTTP 429).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
 const char* finish_reason_name(FinishReason r);

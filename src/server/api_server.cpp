@@ -1,0 +1,317 @@
+#include "server/api_server.h"
+
+#include <filesystem>
+#include <random>
+
+#include "base/log.h"
+#include "base/memory.h"
+#include "base/thread_pool.h"
+#include "server/api_job.h"
+#include "server/api_request.h"
+#include "server/sse.h"
+
+namespace tf {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+void send_json(const std::shared_ptr<HttpResponder>& res, int status, const ojson& j) {
+  res->send(status, "application/json", j.dump(-1, ' ', false, ojson::error_handler_t::replace));
+}
+
+std::string endpoint_label(const std::string& path) {
+  static const char* known[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+                                "/memory", "/tokenize", "/detokenize"};
+  for (const char* k : known)
+    if (path == k) return k;
+  return "other";
+}
+
+}  // namespace
+
+ApiServer::ApiServer(ServeOptions opt) : opt_(std::move(opt)), http_(opt_.http) {
+  http_.set_handler([this](const HttpRequest& req, std::shared_ptr<HttpResponder> res) { handle(req, std::move(res)); });
+}
+
+ApiServer::~ApiServer() {
+  if (engine_) engine_->stop();
+  if (engine_thread_.joinable()) engine_thread_.join();
+}
+
+uint16_t ApiServer::listen() {
+  uint16_t port = http_.listen(opt_.host, opt_.port);
+  opt_.port = port;
+  http_.stop_on_signals([this] {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_requested_ = true;
+    stop_cv_.notify_all();
+  });
+  http_.start(opt_.http_threads);
+  return port;
+}
+
+void ApiServer::load() {
+  files_ = open_model(opt_.model_path);
+  if (opt_.model_name.empty()) {
+    std::filesystem::path p(opt_.model_path);
+    opt_.model_name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+  }
+  backend_ = make_cpu_backend(opt_.threads > 0 ? opt_.threads : default_thread_count());
+  model_ = load_model(files_, *backend_);
+  tok_ = load_tokenizer(files_);
+  if (!tok_->chat_template.empty()) template_ = std::make_unique<ChatTemplate>(tok_->chat_template);
+  EngineOptions eo;
+  eo.lanes = opt_.parallel;
+  eo.context = opt_.context;
+  eo.max_queue = opt_.max_queue;
+  eo.chunk = opt_.chunk;
+  engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
+  engine_thread_ = std::thread([this] { engine_loop(); });
+  const auto st = engine_->stats();
+  const auto mem = process_memory();
+  log_info("model ", opt_.model_name, " (", model_->family(), ", ", model_->n_layers(), " layers, vocab ",
+           model_->vocab_size(), ") weights ", model_->weight_bytes() >> 20, " MiB");
+  log_info("lanes ", eo.lanes, ", context ", engine_->context(), " tokens, KV pool ", st.pages_total, " pages of ",
+           st.page_size, " (", st.kv_bytes >> 20, " MiB), process RSS ", mem.rss_bytes >> 20, " MiB, threads ",
+           backend_->threads());
+  ready_ = true;
+  log_info("ready on http://", opt_.host, ":", opt_.port);
+}
+
+void ApiServer::engine_loop() {
+  while (!engine_->stopped()) {
+    if (!engine_->step()) engine_->wait_for_work();
+  }
+}
+
+void ApiServer::run() {
+  {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    stop_cv_.wait(lock, [&] { return stop_requested_; });
+  }
+  log_info("shutting down: finishing or cancelling streams in flight");
+  // Streams get on_close now and their engine requests are cancelled; the engine keeps
+  // running until the HTTP side has closed so those cancellations complete.
+  http_.shutdown(std::chrono::milliseconds(5000));
+  if (engine_) engine_->stop();
+  if (engine_thread_.joinable()) engine_thread_.join();
+  log_info("stopped");
+}
+
+void ApiServer::shutdown() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  stop_requested_ = true;
+  stop_cv_.notify_all();
+}
+
+void ApiServer::handle(const HttpRequest& req, std::shared_ptr<HttpResponder> res) {
+  try {
+    route(req, res);
+  } catch (const ApiError& e) {
+    metrics_.count_request(endpoint_label(req.path), e.status);
+    res->send(e.status, "application/json", e.body());
+  }
+}
+
+void ApiServer::route(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET", post = req.method == "POST";
+  if (path == "/health" && get) {
+    int status = ready_ ? 200 : 503;
+    metrics_.count_request("/health", status);
+    send_json(res, status, {{"status", ready_ ? "ok" : "loading"}});
+    return;
+  }
+  if (!ready_) throw ApiError(503, "the model is still loading", {}, "server_error");
+  if (!opt_.api_key.empty() && path.rfind("/v1/", 0) == 0) {
+    const std::string auth = req.header("Authorization");
+    if (auth != "Bearer " + opt_.api_key)
+      throw ApiError(401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", {},
+                     "authentication_error", "invalid_api_key");
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!post) throw ApiError(405, "use POST");
+    completions(req, res, path == "/v1/chat/completions");
+    return;
+  }
+  if (path == "/v1/models" && get) {
+    metrics_.count_request(path, 200);
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", ojson::array({{{"id", opt_.model_name}, {"object", "model"}, {"created", 0},
+                                       {"owned_by", "tensorfold"}, {"max_model_len", engine_->context()}}})}});
+    return;
+  }
+  if (path == "/metrics" && get) {
+    auto st = engine_->stats();
+    metrics_.count_request(path, 200);
+    res->send(200, "text/plain; version=0.0.4", metrics_.render(st.queued, st.lanes_busy, st.lanes));
+    return;
+  }
+  if (path == "/memory" && get) {
+    metrics_.count_request(path, 200);
+    res->send(200, "application/json", memory_json());
+    return;
+  }
+  if ((path == "/tokenize" || path == "/detokenize") && post) {
+    ojson j;
+    try {
+      j = ojson::parse(req.body);
+    } catch (const std::exception& e) {
+      throw ApiError(400, cat("request body is not valid JSON: ", e.what()));
+    }
+    if (!j.is_object()) throw ApiError(400, "request body must be a JSON object");
+    if (path == "/tokenize") {
+      const char* key = j.contains("prompt") ? "prompt" : "text";
+      if (!j.contains(key) || !j[key].is_string()) throw ApiError(400, "'prompt' must be a string", "prompt");
+      bool add = true;
+      if (j.contains("add_special_tokens")) {
+        if (!j["add_special_tokens"].is_boolean()) throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
+        add = j["add_special_tokens"].get<bool>();
+      }
+      auto ids = tok_->encode(j[key].get<std::string>(), add);
+      metrics_.count_request(path, 200);
+      send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_->context()}});
+    } else {
+      if (!j.contains("tokens") || !j["tokens"].is_array()) throw ApiError(400, "'tokens' must be a list of token ids", "tokens");
+      std::vector<int32_t> ids;
+      for (const auto& t : j["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_->vocab_size())
+          throw ApiError(400, cat("token id ", t.dump(), " is outside the vocabulary (0..", model_->vocab_size() - 1, ")"), "tokens");
+        ids.push_back(t.get<int32_t>());
+      }
+      metrics_.count_request(path, 200);
+      send_json(res, 200, {{"prompt", tok_->decode(ids, false)}});
+    }
+    return;
+  }
+  throw ApiError(404, cat("no route for ", req.method, " ", path), {}, "invalid_request_error", "not_found");
+}
+
+std::string ApiServer::memory_json() const {
+  const auto mem = process_memory();
+  const auto st = engine_->stats();
+  const uint64_t backend_bytes = backend_->device_bytes_in_use();
+  ojson j = {
+      {"process", {{"rss_bytes", mem.rss_bytes}, {"peak_rss_bytes", mem.peak_rss_bytes}}},
+      {"model", {{"weights_bytes", model_->weight_bytes()}}},
+      {"kv_pool", {{"pages_total", st.pages_total}, {"pages_free", st.pages_free}, {"pages_used", st.pages_used},
+                   {"pages_kept", 0}, {"page_size", st.page_size}, {"bytes", st.kv_bytes}}},
+      {"lanes", {{"count", st.lanes}, {"busy", st.lanes_busy},
+                 {"scratch_bytes", backend_bytes > st.kv_bytes ? backend_bytes - st.kv_bytes : 0},
+                 {"scratch_rows", st.scratch_rows}}},
+      {"prompt_cache", {{"budget_bytes", 0}, {"bytes", 0}, {"entries", 0}, {"hits", 0}, {"evictions", 0}}},
+      {"census_ok", st.pages_free + st.pages_used == st.pages_total}};
+  return j.dump();
+}
+
+void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat) {
+  const std::string label = chat ? "/v1/chat/completions" : "/v1/completions";
+  ApiLimits lim;
+  lim.vocab_size = model_->vocab_size();
+  lim.context = engine_->context();
+  CompletionSpec spec = parse_completion_request(req.body, chat, lim);
+  if (!spec.model.empty() && spec.model != opt_.model_name)
+    throw ApiError(404, cat("the model '", spec.model, "' does not exist; this server has '", opt_.model_name, "'"),
+                   "model", "invalid_request_error", "model_not_found");
+  auto job = std::make_shared<ApiJob>(std::move(spec), res, *tok_, metrics_, opt_.model_name);
+  CompletionSpec& s = job->spec;
+  if (chat) {
+    if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
+    ojson ctx = s.template_kwargs;
+    ctx["messages"] = s.messages;
+    ctx["add_generation_prompt"] = s.add_generation_prompt;
+    ctx["bos_token"] = tok_->bos_token;
+    ctx["eos_token"] = tok_->eos_token;
+    std::string text;
+    try {
+      text = template_->render(ctx);
+    } catch (const Error& e) {
+      throw ApiError(400, cat("chat template: ", e.what()), "messages");
+    }
+    job->prompt_ids.push_back(tok_->encode(text, false, true));
+  } else {
+    for (const auto& p : s.prompts) job->prompt_ids.push_back(p.is_text ? tok_->encode(p.text, true) : p.ids);
+  }
+  const int ctx_len = engine_->context();
+  for (const auto& ids : job->prompt_ids) {
+    if (ids.empty()) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
+    const int room = ctx_len - static_cast<int>(ids.size());
+    if (room < 1 && !(s.max_tokens == 0 && room == 0))
+      throw ApiError(400, cat("the prompt has ", ids.size(), " tokens; the context holds ", ctx_len), chat ? "messages" : "prompt",
+                     "invalid_request_error", "context_length_exceeded");
+    if (s.max_tokens > room)
+      throw ApiError(400, cat("prompt of ", ids.size(), " tokens plus max_tokens ", s.max_tokens, " exceeds the context of ",
+                              ctx_len, " tokens"), "max_tokens", "invalid_request_error", "context_length_exceeded");
+  }
+  if (s.echo && s.stream && !chat && s.logprobs >= 0) throw ApiError(400, "echo with logprobs is not supported when streaming", "echo");
+  std::vector<int32_t> stops = s.stop_token_ids;
+  if (!s.ignore_eos) {
+    for (int32_t e : tok_->eos_ids) stops.push_back(e);
+    if (tok_->eos_id >= 0) stops.push_back(tok_->eos_id);
+  }
+  for (size_t p = 0; p < job->prompt_ids.size(); ++p)
+    for (int k = 0; k < s.n; ++k) {
+      auto c = std::make_unique<ChoiceState>();
+      c->index = static_cast<int>(job->choices.size());
+      c->prompt_index = static_cast<int>(p);
+      c->decoder = std::make_unique<StreamDecoder>(*tok_, s.skip_special_tokens);
+      job->choices.push_back(std::move(c));
+    }
+  job->arm();
+  if (s.stream) job->start_stream();
+  if (s.echo && s.stream && !chat)
+    for (auto& c : job->choices)
+      res->write(sse_event(ojson{{"id", "echo"}, {"object", "text_completion"}, {"model", opt_.model_name},
+                                 {"choices", ojson::array({{{"index", c->index},
+                                                            {"text", tok_->decode(job->prompt_ids[static_cast<size_t>(c->prompt_index)], false)},
+                                                            {"logprobs", nullptr}, {"finish_reason", nullptr}}})}}
+                                     .dump(-1, ' ', false, ojson::error_handler_t::replace)));
+  std::random_device rd;
+  for (auto& cp : job->choices) {
+    ChoiceState* c = cp.get();
+    const auto& ids = job->prompt_ids[static_cast<size_t>(c->prompt_index)];
+    GenerationRequest g;
+    g.prompt = ids;
+    g.sampling = s.sampling;
+    // Sibling choices draw from streams of their own; a given seed keeps them reproducible.
+    g.sampling.seed = s.seed_given ? s.sampling.seed + static_cast<uint64_t>(c->index) : (static_cast<uint64_t>(rd()) << 32 | rd());
+    g.max_tokens = s.max_tokens >= 0 ? s.max_tokens : (chat ? ctx_len - static_cast<int>(ids.size()) : 16);
+    g.stop_ids = stops;
+    g.logprobs = s.logprobs;
+    Engine* eng = engine_.get();
+    std::weak_ptr<ApiJob> weak = job;
+    // The engine holds each choice's callback until that choice finishes: it keeps the job alive.
+    g.on_event = [job, c, eng](const TokenEvent& ev) { job->on_event(*c, ev, *eng); };
+    if (s.echo && s.logprobs >= 0 && !chat) {
+      const int32_t V = model_->vocab_size();
+      g.on_logits = [weak, c, V](int pos, const float* lg) {
+        if (auto j = weak.lock()) j->on_logits(*c, pos, lg, V);
+      };
+    }
+    metrics_.prompt_tokens += ids.size();
+    try {
+      c->engine_id = engine_->submit(std::move(g));
+    } catch (const QueueFull& e) {
+      job->cancel(*engine_);
+      metrics_.count_request(label, 429);
+      if (s.stream) {
+        res->write(sse_event(ApiError(429, e.what(), {}, "rate_limit_exceeded").body()));
+        res->end();
+      } else {
+        res->send(429, "application/json", ApiError(429, e.what(), {}, "rate_limit_exceeded").body());
+      }
+      return;
+    }
+  }
+  metrics_.count_request(label, 200);
+  // A client that leaves (or a server shutdown) cancels the job's engine requests.
+  std::weak_ptr<ApiJob> weak = job;
+  Engine* eng = engine_.get();
+  res->on_close([weak, eng] {
+    if (auto j = weak.lock()) j->cancel(*eng);
+  });
+}
+
+}  // namespace tf

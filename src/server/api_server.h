@@ -1,0 +1,74 @@
+#pragma once
+// The OpenAI-compatible server: HTTP routes over one engine whose rounds run on their own
+// thread. Health answers 503 until the model is loaded.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "formats/model_files.h"
+#include "models/model.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+
+struct ServeOptions {
+  std::string model_path;
+  std::string model_name;  // served id; default: the folder or file name
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  int parallel = 4;
+  int context = 0;
+  std::string api_key;
+  int threads = 0;
+  int http_threads = 2;
+  int max_queue = 256;
+  int chunk = 256;
+  HttpServerOptions http;
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ServeOptions opt);
+  ~ApiServer();
+
+  // Binds the port (health answers 503 from here on); returns the bound port.
+  uint16_t listen();
+  // Loads the model and starts the engine thread; health then answers 200.
+  void load();
+  // Serves until SIGINT/SIGTERM (or shutdown()), then finishes or cancels streams.
+  void run();
+  // Makes run() return after a graceful shutdown; callable from any thread.
+  void shutdown();
+
+ private:
+  void handle(const HttpRequest& req, std::shared_ptr<HttpResponder> res);
+  void route(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
+  void completions(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat);
+  std::string memory_json() const;
+  void engine_loop();
+
+  ServeOptions opt_;
+  HttpServer http_;
+  Metrics metrics_;
+  std::atomic<bool> ready_{false};
+  ModelFiles files_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<ChatTemplate> template_;
+  std::unique_ptr<Engine> engine_;
+  std::thread engine_thread_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;
+};
+
+}  // namespace tf
