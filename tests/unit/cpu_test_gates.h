@@ -1,6 +1,7 @@
 #pragma once
 // Shared gates for CPU kernel tests: reference (float64) and invariance checks that return
 // their failures, so the same gate can be shown to catch a planted fault.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -112,6 +113,24 @@ inline bool same_bits(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
 
+// The activation rule of Q8_0 matmuls: per 32 values, d = max|x| / 127 (f32), q = x / d
+// rounded to nearest even; returns the dequantized row (q * d) and each value's d.
+inline void quantize_like_kernel(const float* x, int64_t K, std::vector<double>& deq,
+                                 std::vector<double>& step) {
+  deq.assign(static_cast<size_t>(K), 0.0);
+  step.assign(static_cast<size_t>(K), 0.0);
+  for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    float amax = 0.f;
+    for (int i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[b * kQ8Block + i]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < kQ8Block; ++i) {
+      const size_t k = static_cast<size_t>(b * kQ8Block + i);
+      deq[k] = static_cast<double>(std::nearbyint(x[k] * id)) * d;
+      step[k] = d;
+    }
+  }
+}
+
 // ---- matmul gate ----
 using MatmulFn = std::function<void(Backend&, const Tensor&, const Weight&, const Weight*, Tensor)>;
 
@@ -130,18 +149,29 @@ inline std::string matmul_gate(const MatmulFn& f, const std::vector<Backend*>& b
   HostWeight hw = make_weight(dt, N, K, rng);
   HostWeight hb = make_weight(DType::F32, 1, N, rng, true);
   auto xs = random_floats(rng, static_cast<size_t>(M * K));
-  std::vector<double> ref(static_cast<size_t>(M * N)), mag(ref.size());
-  for (int64_t r = 0; r < M; ++r)
+  // Q8_0 reference takes x as the kernel quantizes it; exact_ref keeps x and allows for the
+  // quantization: |error| <= sum_k |w_k| * d_k / 2 on top of the rounding tolerance.
+  const bool q8 = dt == DType::Q8_0;
+  std::vector<double> ref(static_cast<size_t>(M * N)), mag(ref.size()), exact_ref(ref.size()),
+      qbound(ref.size()), xd, step;
+  for (int64_t r = 0; r < M; ++r) {
+    if (q8) quantize_like_kernel(xs.data() + r * K, K, xd, step);
     for (int64_t n = 0; n < N; ++n) {
-      double s = with_bias ? hb.at(0, n) : 0, a = std::fabs(s);
+      double s = with_bias ? hb.at(0, n) : 0, a = std::fabs(s), e = s, qb = 0;
       for (int64_t k = 0; k < K; ++k) {
-        const double t = static_cast<double>(xs[static_cast<size_t>(r * K + k)]) * hw.at(n, k);
+        const double xv = static_cast<double>(xs[static_cast<size_t>(r * K + k)]);
+        const double t = (q8 ? xd[static_cast<size_t>(k)] : xv) * hw.at(n, k);
         s += t;
         a += std::fabs(t);
+        e += xv * hw.at(n, k);
+        if (q8) qb += std::fabs(hw.at(n, k)) * step[static_cast<size_t>(k)] * 0.5;
       }
       ref[static_cast<size_t>(r * N + n)] = s;
       mag[static_cast<size_t>(r * N + n)] = a;
+      exact_ref[static_cast<size_t>(r * N + n)] = e;
+      qbound[static_cast<size_t>(r * N + n)] = qb;
     }
+  }
   std::vector<float> first;
   const std::string tag = std::string(dtype_name(dt)) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
   for (Backend* be : bes) {
@@ -154,6 +184,12 @@ inline std::string matmul_gate(const MatmulFn& f, const std::vector<Backend*>& b
     std::string e = check_close(full, ref, mag, 1e-6 * std::sqrt(static_cast<double>(K)) + 1e-6,
                                 be->name() + " " + tag + " M=" + std::to_string(M));
     if (!e.empty()) return e;
+    if (q8)
+      for (size_t i = 0; i < full.size(); ++i)
+        if (!(std::fabs(full[i] - exact_ref[i]) <= qbound[i] * (1 + 1e-5) + 1e-5 * mag[i]))
+          return be->name() + " " + tag + ": element " + std::to_string(i) + " got " +
+                 std::to_string(full[i]) + " want " + std::to_string(exact_ref[i]) +
+                 " beyond the activation quantization bound " + std::to_string(qbound[i]);
     if (first.empty()) first = full;
     if (!same_bits(first.data(), full.data(), M * N))
       return tag + ": result differs between thread counts (" + std::to_string(be->threads()) + ")";

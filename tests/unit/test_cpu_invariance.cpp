@@ -74,6 +74,66 @@ TEST(CpuInvariance, PlantedMatmulOrderFaultIsCaught) {
   EXPECT_NE(e.find("differs"), std::string::npos) << e;
 }
 
+TEST(CpuInvariance, MatmulQ8LargeSplitsAcrossThreads) {
+  for (auto* k : kernel_tables()) {
+    Backends b(*k, {1, 2, 3});
+    EXPECT_EQ(matmul_gate(real_matmul(), b.ptrs, DType::Q8_0, 512, 300, 130, {1, 2, 4, 9, 64, 129}, true, 16), "")
+        << k->name;
+  }
+}
+
+// A Q8_0 matmul that sums its blocks in reverse when m > 1 is within tolerance but not invariant.
+TEST(CpuInvariance, PlantedQ8BlockOrderFaultIsCaught) {
+  MatmulFn bad = [](Backend& be, const Tensor& x, const Weight& w, const Weight* bias, Tensor y) {
+    be.matmul(x, w, bias, y);
+    if (x.rows == 1) return;
+    const auto& cw = cpu::as_cpu(w, "bad");
+    std::vector<double> xd, step;
+    for (int64_t r = 0; r < x.rows; ++r) {
+      quantize_like_kernel(x.row(r), x.cols, xd, step);
+      for (int64_t n = 0; n < w.rows; ++n) {
+        const uint8_t* wr = cw.data + n * cw.row_bytes;
+        float s = 0;
+        for (int64_t bk = x.cols / kQ8Block - 1; bk >= 0; --bk) {
+          uint16_t h;
+          std::memcpy(&h, wr + bk * kQ8BlockBytes, 2);
+          const float dx = static_cast<float>(step[static_cast<size_t>(bk * kQ8Block)]);
+          int32_t isum = 0;
+          for (int i = 0; i < kQ8Block; ++i)
+            isum += static_cast<int8_t>(wr[bk * kQ8BlockBytes + 2 + i]) *
+                    static_cast<int32_t>(std::lround(xd[static_cast<size_t>(bk * kQ8Block + i)] / dx));
+          s += f16_to_f32(h) * dx * static_cast<float>(isum);
+        }
+        y.row(r)[n] = s;
+      }
+    }
+  };
+  Backends b(cpu::best_kernels(), {1});
+  const std::string e = matmul_gate(bad, b.ptrs, DType::Q8_0, 256, 9, 20, {1, 2, 5}, false, 17);
+  EXPECT_NE(e.find("differs"), std::string::npos) << e;
+}
+
+// A Q8_0 matmul on unquantized activations for m > 1 passes the loose bound, not the reference.
+TEST(CpuInvariance, PlantedQ8SkippedQuantizationIsCaught) {
+  MatmulFn bad = [](Backend& be, const Tensor& x, const Weight& w, const Weight* bias, Tensor y) {
+    be.matmul(x, w, bias, y);
+    const auto& cw = cpu::as_cpu(w, "bad");
+    std::vector<float> wr(static_cast<size_t>(w.cols));
+    for (int64_t n = 0; n < w.rows; ++n) {
+      cpu::decode_row(cw.rows_view(), n, 0, w.cols, wr.data());
+      for (int64_t r = 0; r < x.rows; ++r) {
+        double s = 0;
+        for (int64_t k = 0; k < w.cols; ++k) s += double(x.row(r)[k]) * wr[static_cast<size_t>(k)];
+        y.row(r)[n] = static_cast<float>(s);
+      }
+    }
+  };
+  Backends b(cpu::best_kernels(), {1});
+  const std::string e = matmul_gate(bad, b.ptrs, DType::Q8_0, 256, 9, 20, {1, 2}, false, 18);
+  EXPECT_NE(e.find("want"), std::string::npos) << e;
+  EXPECT_EQ(e.find("quantization bound"), std::string::npos) << e;
+}
+
 // A matmul that drops the last k is invariant but fails the reference.
 TEST(CpuInvariance, PlantedMatmulDroppedTermIsCaught) {
   MatmulFn bad = [](Backend& be, const Tensor& x, const Weight& w, const Weight* bias, Tensor y) {

@@ -97,6 +97,90 @@ TEST(CpuKernels, ActMulAddScaleMatchReference) {
   EXPECT_EQ(check_close(host(*be, g), ref, ones(ref.size()), 1e-6, "add/scale"), "");
 }
 
+// Both tables quantize activations to the same bytes: the documented rule, ties to even.
+TEST(CpuKernels, QuantizeQ8FollowsRuleInBothTables) {
+  std::mt19937 rng(27);
+  const int64_t K = 256;
+  auto xs = random_floats(rng, K, -3.f, 3.f);
+  for (int i = 0; i < 32; ++i) xs[static_cast<size_t>(32 + i)] = 0.f;              // zero block
+  for (int i = 0; i < 32; ++i) xs[static_cast<size_t>(64 + i)] = (i - 16) * 0.5f;  // ties
+  xs[64] = 127.f;
+  xs[100] = std::nanf("");
+  xs[140] = -INFINITY;
+  std::vector<std::vector<uint8_t>> outs;
+  for (auto* k : kernel_tables()) {
+    std::vector<uint8_t> q(static_cast<size_t>(K / 32 * cpu::kQ8ActBlockBytes), 0xAB);
+    k->quantize_q8(xs.data(), K, q.data());
+    outs.push_back(q);
+  }
+  for (size_t t = 1; t < outs.size(); ++t) EXPECT_EQ(outs[t], outs[0]);
+  const auto& q = outs[0];
+  auto scale = [&](int b) {
+    float d;
+    std::memcpy(&d, q.data() + b * cpu::kQ8ActBlockBytes, 4);
+    return d;
+  };
+  auto val = [&](int b, int i) { return static_cast<int8_t>(q[static_cast<size_t>(b * cpu::kQ8ActBlockBytes + 4 + i)]); };
+  EXPECT_EQ(scale(1), 0.f);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(val(1, i), 0);
+  EXPECT_EQ(scale(2), 1.f);
+  EXPECT_EQ(val(2, 0), 127);
+  EXPECT_EQ(val(2, 1), -8);  // -7.5 -> -8
+  EXPECT_EQ(val(2, 2), -7);  // -7 stays
+  EXPECT_EQ(val(2, 3), -6);  // -6.5 -> -6
+  EXPECT_EQ(val(2, 17), 0);  // 0.5 -> 0
+  EXPECT_EQ(val(2, 19), 2);  // 1.5 -> 2
+  EXPECT_TRUE(std::isnan(scale(3)));
+  EXPECT_TRUE(std::isnan(scale(4)));
+  std::vector<double> deq, step;
+  quantize_like_kernel(xs.data(), K, deq, step);
+  for (int b : {0, 5, 6, 7})
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_EQ(scale(b), static_cast<float>(step[static_cast<size_t>(b * 32)]));
+      EXPECT_EQ(val(b, i) * static_cast<double>(scale(b)), deq[static_cast<size_t>(b * 32 + i)]);
+    }
+}
+
+// A non-finite activation makes its Q8_0 outputs NaN rather than silently finite.
+TEST(CpuKernels, Q8MatmulPropagatesNonFinite) {
+  std::mt19937 rng(28);
+  for (auto* k : kernel_tables()) {
+    auto be = cpu::make_cpu_backend_with(1, *k);
+    HostWeight hw = make_weight(DType::Q8_0, 3, 64, rng);
+    auto w = be->load_weight(hw.view);
+    auto xs = random_floats(rng, 2 * 64);
+    xs[70] = INFINITY;
+    Tensor x = upload(*be, xs, 2, 64), y = poisoned(*be, 2, 3);
+    be->matmul(x, *w, nullptr, y);
+    auto h = host(*be, y);
+    for (int n = 0; n < 3; ++n) {
+      EXPECT_TRUE(std::isfinite(h[static_cast<size_t>(n)])) << k->name;
+      EXPECT_TRUE(std::isnan(h[static_cast<size_t>(3 + n)])) << k->name;
+    }
+  }
+}
+
+// The AVX-VNNI and plain AVX2 Q8_0 tiles give the same bits (both sum the lanes exactly).
+TEST(CpuKernels, Q8VnniMatchesPlainAvx2) {
+  if (!cpu::avx2_kernels() || !__builtin_cpu_supports("avxvnni")) GTEST_SKIP() << "no AVX-VNNI";
+  std::mt19937 rng(29);
+  const int64_t K = 320, N = 23, M = 9;
+  HostWeight hw = make_weight(DType::Q8_0, N, K, rng);
+  hw.bytes[2] = 0x80;  // a -128 weight, the largest |w| the sign trick must handle
+  auto xs = random_floats(rng, static_cast<size_t>(M * K));
+  const int64_t ldxq = K / 32 * cpu::kQ8ActBlockBytes;
+  std::vector<uint8_t> xq(static_cast<size_t>(M * ldxq));
+  for (int64_t r = 0; r < M; ++r) cpu::avx2_kernels()->quantize_q8(xs.data() + r * K, K, xq.data() + r * ldxq);
+  std::vector<float> a(static_cast<size_t>(M * N), 1.f), b(a.size(), 2.f);
+  cpu::MatmulBlock blk{xs.data(), K, xq.data(), ldxq,
+                       cpu::WeightRows{hw.bytes.data(), DType::Q8_0, K, dtype_row_bytes(DType::Q8_0, K)},
+                       nullptr, a.data(), N};
+  cpu::matmul_q8_vnni(blk, 0, M, 0, N);
+  blk.y = b.data();
+  cpu::matmul_q8_avx2_plain(blk, 0, M, 0, N);
+  EXPECT_TRUE(same_bits(a.data(), b.data(), M * N));
+}
+
 TEST(CpuKernels, EmbedEveryDtype) {
   std::mt19937 rng(24);
   auto be = make_cpu_backend(2);

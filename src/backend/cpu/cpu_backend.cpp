@@ -194,7 +194,19 @@ void CpuBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, T
   }
   const int64_t m = x.rows, N = w.rows;
   if (m == 0 || N == 0) return;
-  MatmulBlock blk{x.data, x.cols, w.rows_view(), bias ? bias_f32.data() : nullptr, y.data, y.cols};
+  MatmulBlock blk{x.data, x.cols, nullptr, 0, w.rows_view(), bias ? bias_f32.data() : nullptr,
+                  y.data, y.cols};
+  // Q8_0: each activation row is quantized once, from that row alone, before any tile runs.
+  std::vector<uint8_t> xq;
+  if (w.dtype == DType::Q8_0) {
+    blk.ldxq = x.cols / kQ8Block * kQ8ActBlockBytes;
+    xq.resize(static_cast<size_t>(m * blk.ldxq));
+    const auto quant = kernels_.quantize_q8;
+    for_rows(m, m * x.cols * 4, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) quant(x.row(r), x.cols, xq.data() + r * blk.ldxq);
+    });
+    blk.xq = xq.data();
+  }
   const auto fn = kernels_.matmul;
   const int T = pool_.size();
   if (T == 1 || m * N * w.cols < (int64_t{1} << 16)) {

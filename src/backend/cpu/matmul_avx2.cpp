@@ -60,26 +60,6 @@ struct SrcF16 {
   }
 };
 
-// Q8_0 has K a multiple of 32, so every k here is a multiple of 8 inside one block.
-struct SrcQ8 {
-  const uint8_t* base;
-  uint64_t rb;
-  __m256 load(int64_t n, int64_t k) const {
-    const uint8_t* blk = base + n * rb + (k / kQ8Block) * kQ8BlockBytes;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + k % kQ8Block));
-    __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-  }
-  float at(int64_t n, int64_t k) const {
-    const uint8_t* blk = base + n * rb + (k / kQ8Block) * kQ8BlockBytes;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    return _cvtsh_ss(h) * static_cast<float>(static_cast<int8_t>(blk[2 + k % kQ8Block]));
-  }
-};
-
 // One R x C tile of outputs: every (row, col) runs the same ops whatever R and C are.
 template <int R, int C, class Src>
 void tile(const float* x, int64_t ldx, const Src& w, int64_t wn, int64_t K, const float* bias,
@@ -177,7 +157,7 @@ void matmul_avx2(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, int64
     case DType::F32: return run(b, SrcF32{b.w.data, b.w.row_bytes}, r0, r1, n0, n1);
     case DType::BF16: return run(b, SrcBf16{b.w.data, b.w.row_bytes}, r0, r1, n0, n1);
     case DType::F16: return run(b, SrcF16{b.w.data, b.w.row_bytes}, r0, r1, n0, n1);
-    case DType::Q8_0: return run(b, SrcQ8{b.w.data, b.w.row_bytes}, r0, r1, n0, n1);
+    case DType::Q8_0: return matmul_q8_avx2(b, r0, r1, n0, n1);
     default: return;  // the backend rejects other dtypes when the weight is loaded
   }
 }
@@ -205,7 +185,7 @@ void axpy_avx2(float* y, const float* x, float s, int64_t n) {
 const CpuKernels* avx2_kernels() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                          __builtin_cpu_supports("f16c");
-  static const CpuKernels k{"avx2", matmul_avx2, dot_avx2, axpy_avx2};
+  static const CpuKernels k{"avx2", matmul_avx2, dot_avx2, axpy_avx2, quantize_q8_avx2};
   return ok ? &k : nullptr;
 }
 

@@ -75,6 +75,7 @@ constexpr TileFn kTiles[4][4] = {{tile<1, 1>, tile<1, 2>, tile<1, 3>, tile<1, 4>
                                  {tile<4, 1>, tile<4, 2>, tile<4, 3>, tile<4, 4>}};
 
 void matmul_portable(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
+  if (b.w.dtype == DType::Q8_0) return matmul_q8_portable(b, r0, r1, n0, n1);
   const int64_t K = b.w.K;
   const int64_t panel = std::max<int64_t>(4, std::min<int64_t>(64, (64 << 10) / std::max<int64_t>(1, K * 4)));
   thread_local std::vector<float> buf;
@@ -110,7 +111,8 @@ void axpy_portable(float* y, const float* x, float s, int64_t n) {
 }  // namespace
 
 const CpuKernels& portable_kernels() {
-  static const CpuKernels k{"portable", matmul_portable, dot_portable, axpy_portable};
+  static const CpuKernels k{"portable", matmul_portable, dot_portable, axpy_portable,
+                                  quantize_q8_portable};
   return k;
 }
 
