@@ -23,7 +23,8 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   s->files = open_model(path);
   s->backend = make_cpu_backend(opt.threads > 0 ? opt.threads : default_thread_count());
   s->model = load_model(s->files, *s->backend);
-  const bool has_tokenizer = !s->files.tokenizer_json.is_null() || s->files.gguf;
+  const bool has_tokenizer = !s->files.tokenizer_json.is_null() ||
+                             (s->files.gguf && s->files.gguf->find_meta("tokenizer.ggml.model"));
   if (opt.need_tokenizer || has_tokenizer) s->tokenizer = load_tokenizer(s->files);
   s->engine = std::make_unique<Engine>(*s->model, *s->backend, opt.engine);
   log_debug("model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
