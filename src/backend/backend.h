@@ -86,6 +86,12 @@ class Backend {
   virtual std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                               int head_dim) = 0;
   virtual uint64_t device_bytes_in_use() const { return 0; }
+  // One page of every layer's K and V, as kv_page_floats() floats in host memory (prompt cache tier).
+  static uint64_t kv_page_floats(const KvStorage& kv) {
+    return 2ull * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim;
+  }
+  virtual void kv_page_to_host(const KvStorage& kv, int page, float* dst) = 0;
+  virtual void kv_page_from_host(KvStorage& kv, int page, const float* src) = 0;
 
   // out[i] = table[ids[i]]
   virtual void embed(const Weight& table, const int32_t* ids, int n, Tensor out) = 0;
@@ -120,5 +126,9 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+// device: "cpu"; "cuda" or "cuda:N" (builds with TF_CUDA only); "auto" = cuda:0 when a GPU is
+// present, else cpu. threads is the cpu backend's thread count (0: all cores).
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
 
 }  // namespace tf

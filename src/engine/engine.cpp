@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <random>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -27,7 +28,27 @@ struct Engine::Lane {
   std::vector<int32_t> pages;
   int computed = 0;
   int generated = 0;
+  int cached = 0;  // prompt tokens adopted from the prefix store
 };
+
+namespace {
+
+// Pages taken for an admission go back to the pool unless the admission completes.
+class PageGuard {
+ public:
+  PageGuard(PagePool& pool, std::vector<int32_t>& pages) : pool_(pool), pages_(pages) {}
+  ~PageGuard() {
+    if (!committed_) pool_.release(pages_);
+  }
+  void commit() { committed_ = true; }
+
+ private:
+  PagePool& pool_;
+  std::vector<int32_t>& pages_;
+  bool committed_ = false;
+};
+
+}  // namespace
 
 Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
     : model_(model),
@@ -39,10 +60,20 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
   const int64_t model_ctx = model.context_length() > 0 ? model.context_length() : 4096;
   if (opt_.context <= 0) opt_.context = static_cast<int>(std::min<int64_t>(model_ctx, 1 << 30));
   TF_CHECK(opt_.context <= model_ctx, "engine: context ", opt_.context, " exceeds the model's window of ", model_ctx);
+  // Cached prefixes end on chunk-grid marks, which must also be page boundaries.
+  TF_CHECK(opt_.cache_pages == 0 || opt_.chunk % opt_.page_size == 0, "engine: chunk ", opt_.chunk,
+           " is not a multiple of the page size ", opt_.page_size, ", which the prompt cache needs");
+  TF_CHECK(opt_.cache_pages >= 0, "engine: negative cache size");
   const int pages_per_lane = (opt_.context + opt_.page_size - 1) / opt_.page_size;
-  const int total_pages = pages_per_lane * opt_.lanes;
+  const int total_pages = pages_per_lane * opt_.lanes + opt_.cache_pages;
   pages_ = PagePool(total_pages, opt_.page_size);
   kv_ = backend_.alloc_kv(model.n_layers(), total_pages, opt_.page_size, model.n_kv_heads(), model.head_dim());
+  uint64_t seed = opt_.seed;
+  if (seed == 0) seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  store_ = std::make_unique<PrefixStore>(pages_, opt_.page_size, seed, &backend_, kv_.get());
+  store_->set_device_cap(opt_.cache_pages);
+  store_->set_host_budget(opt_.host_cache_bytes);
+  snapshot_.lane_pages = pages_per_lane * opt_.lanes;
   max_rows_ = opt_.lanes + std::min(opt_.chunk, opt_.context);
   model_.reserve(max_rows_);
   for (int i = 0; i < opt_.lanes; ++i) {
@@ -51,7 +82,10 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  for (auto& l : lanes_) pages_.release(l->pages);
+  store_.reset();
+}
 
 uint64_t Engine::submit(GenerationRequest req) {
   const int32_t V = model_.vocab_size();
@@ -87,17 +121,23 @@ void Engine::wait_for_work() {
   cv_.wait(lock, [&] { return stopped_ || !queue_.empty() || !cancels_.empty() || busy_ > 0; });
 }
 
+int Engine::queue_room() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opt_.max_queue - static_cast<int>(queue_.size());
+}
+
 EngineStats Engine::stats() const {
   EngineStats s;
-  s.lanes = opt_.lanes;
-  s.lanes_busy = busy_;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = snapshot_;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.queued = static_cast<int>(queue_.size());
   }
-  s.pages_total = pages_.total();
-  s.pages_free = pages_.free_count();
-  s.pages_used = pages_.used_count();
+  s.lanes = opt_.lanes;
+  s.lanes_busy = busy_;
   s.page_size = opt_.page_size;
   s.kv_bytes = kv_ ? kv_->bytes() : 0;
   s.scratch_rows = static_cast<uint64_t>(max_rows_);
@@ -107,6 +147,25 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+Census Engine::census() const {
+  Census c;
+  c.total = pages_.total();
+  c.free = pages_.free_count();
+  c.kept = store_->evictable_pages();
+  c.used = c.total - c.free - c.kept;
+  int lane_pages = 0;
+  for (const auto& l : lanes_) lane_pages += static_cast<int>(l->pages.size());
+  // Every used page is held by a lane; the store never holds more than it says.
+  if (lane_pages < c.used || !pages_.census_ok() || !store_->check()) c.used = -1;
+  return c;
+}
+
+PrefixStats Engine::cache_stats() const { return store_->stats(); }
+
+uint64_t Engine::page_bytes() const {
+  return kv_ ? kv_->bytes() / static_cast<uint64_t>(std::max(1, kv_->pages)) : 0;
+}
+
 void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
   TokenEvent ev;
   ev.request = lane.id;
@@ -114,7 +173,11 @@ void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
   ev.error = error;
   ev.prompt_tokens = static_cast<int>(lane.req.prompt.size());
   ev.completion_tokens = lane.generated;
+  ev.cached_tokens = lane.cached;
   auto cb = std::move(lane.req.on_event);
+  // Full pages whose keys are all computed become kept prefixes (not after a failed round).
+  if (reason != FinishReason::Error)
+    store_->insert(lane.req.cache_salt, lane.tokens, lane.pages, lane.computed / opt_.page_size);
   pages_.release(lane.pages);
   lane.active = false;
   lane.tokens.clear();
@@ -150,6 +213,37 @@ void Engine::apply_cancels() {
       if (l->active && l->id == id) finish(*l, FinishReason::Cancelled);
 }
 
+bool Engine::try_admit(Lane& l, Pending& p) {
+  const int ps = opt_.page_size;
+  const int n_prompt = static_cast<int>(p.req.prompt.size());
+  const int64_t need_tokens = static_cast<int64_t>(n_prompt) + p.req.max_tokens;
+  const int total = static_cast<int>((need_tokens + ps - 1) / ps);
+  std::vector<int32_t> pages;
+  PageGuard guard(pages_, pages);
+  // Reuse ends on a chunk-grid mark before the last prompt token, which must be computed.
+  const int reuse_tokens = ((n_prompt - 1) / opt_.chunk) * opt_.chunk;
+  pages = store_->match(p.req.cache_salt, p.req.prompt, reuse_tokens / ps);
+  const int keep = static_cast<int>(pages.size()) * ps / opt_.chunk * opt_.chunk / ps;
+  while (static_cast<int>(pages.size()) > keep) {
+    pages_.unref(pages.back());
+    pages.pop_back();
+  }
+  const int fresh = total - keep;
+  if (pages_.free_count() < fresh) store_->evict_until_free(fresh);
+  if (!pages_.alloc(fresh, pages)) return false;  // waits for pages; the guard gives back the match
+  guard.commit();
+  l.pages = std::move(pages);
+  l.active = true;
+  l.id = p.id;
+  l.req = std::move(p.req);
+  l.tokens = l.req.prompt;
+  l.computed = keep * ps;
+  l.cached = keep * ps;
+  l.generated = 0;
+  ++busy_;
+  return true;
+}
+
 void Engine::admit() {
   for (auto& l : lanes_) {
     if (l->active) continue;
@@ -157,25 +251,36 @@ void Engine::admit() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (queue_.empty()) return;
-      const int64_t need = static_cast<int64_t>(queue_.front().req.prompt.size()) + queue_.front().req.max_tokens;
-      const int n_pages = static_cast<int>((need + opt_.page_size - 1) / opt_.page_size);
-      if (n_pages > pages_.free_count()) return;  // waits for pages in FIFO order
       p = std::move(queue_.front());
       queue_.pop_front();
-      pages_.alloc(n_pages, l->pages);
     }
-    l->active = true;
-    l->id = p.id;
-    l->req = std::move(p.req);
-    l->tokens = l->req.prompt;
-    l->computed = 0;
-    l->generated = 0;
-    ++busy_;
+    if (!try_admit(*l, p)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_front(std::move(p));  // FIFO: the head waits for pages
+      return;
+    }
     if (l->req.max_tokens == 0 && !l->req.on_logits) finish(*l, FinishReason::Length);
   }
 }
 
+void Engine::publish() {
+  const Census c = census();
+  const PrefixStats ps = store_->stats();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  snapshot_.pages_total = c.total;
+  snapshot_.pages_free = c.free;
+  snapshot_.pages_kept = c.kept;
+  snapshot_.pages_used = c.used;
+  snapshot_.cache = ps;
+}
+
 bool Engine::step() {
+  const bool did = step_round();
+  publish();
+  return did;
+}
+
+bool Engine::step_round() {
   apply_cancels();
   admit();
   std::vector<LaneStatus> status;
@@ -254,6 +359,7 @@ bool Engine::step() {
       if (l.req.logprobs > 0) ev.top = Sampler::top_logprobs(row, V, l.req.logprobs);
     }
     ev.prompt_tokens = n_prompt;
+    ev.cached_tokens = l.cached;
     const bool is_stop = std::find(l.req.stop_ids.begin(), l.req.stop_ids.end(), tok) != l.req.stop_ids.end();
     if (is_stop) {
       finish(l, FinishReason::Stop);

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "engine/page_pool.h"
+#include "engine/prefix_store.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "models/model.h"
@@ -48,6 +49,7 @@ struct GenerationRequest {
   int max_tokens = 16;
   std::vector<int32_t> stop_ids;  // generation ends after any of these (not included in output)
   int logprobs = -1;              // -1 off; 0 chosen token only; n also the n most likely
+  std::string cache_salt;         // prompt-cache tenant: no page is shared across salts
   // Called on the engine thread for every sampled token and once with a finish reason.
   std::function<void(const TokenEvent&)> on_event;
   // Optional: logits of every row this request computes, prompt rows included (the row at
@@ -59,15 +61,26 @@ struct EngineOptions {
   int lanes = 1;
   int context = 0;      // per-lane window; 0 = the model's
   int page_size = 16;
-  int chunk = 256;      // prefill chunk grid
+  int chunk = 256;      // prefill chunk grid; a multiple of page_size
   int max_queue = 1024;
+  int cache_pages = 0;  // pool pages beyond the lanes' own, for kept prompt prefixes; 0: no cache
+  uint64_t host_cache_bytes = 0;  // second tier in host memory for evicted prefixes
+  uint64_t seed = 0;    // prefix hash seed; 0: a random one
+};
+
+// Pages and where they are: free + kept + used == total whenever the engine is between rounds.
+struct Census {
+  int free = 0, kept = 0, used = 0, total = 0;
+  bool ok() const { return free + kept + used == total && free >= 0 && kept >= 0 && used >= 0; }
 };
 
 struct EngineStats {
   int lanes = 0, lanes_busy = 0, queued = 0;
-  int pages_total = 0, pages_free = 0, pages_used = 0, page_size = 0;
+  int pages_total = 0, pages_free = 0, pages_used = 0, pages_kept = 0, page_size = 0;
+  int lane_pages = 0;  // pages reserved for the lanes' own windows
   uint64_t kv_bytes = 0, scratch_rows = 0;
   uint64_t rounds = 0, prompt_tokens = 0, generated_tokens = 0;
+  PrefixStats cache;
 };
 
 class Engine {
@@ -88,6 +101,12 @@ class Engine {
   bool stopped() const { return stopped_; }
 
   EngineStats stats() const;
+  // Requests the queue can still take.
+  int queue_room() const;
+  // Engine thread only (or while no round runs).
+  Census census() const;
+  PrefixStats cache_stats() const;
+  uint64_t page_bytes() const;
   const EngineOptions& options() const { return opt_; }
   int context() const { return opt_.context; }
   Model& model() { return model_; }
@@ -99,6 +118,9 @@ class Engine {
     GenerationRequest req;
   };
   void admit();
+  bool try_admit(Lane& lane, Pending& p);
+  bool step_round();
+  void publish();
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
   void apply_cancels();
 
@@ -107,9 +129,12 @@ class Engine {
   EngineOptions opt_;
   std::unique_ptr<KvStorage> kv_;
   PagePool pages_;
+  std::unique_ptr<PrefixStore> store_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   Sampler sampler_;
   int max_rows_ = 0;
+  mutable std::mutex stats_mu_;  // guards the census snapshot other threads read
+  EngineStats snapshot_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

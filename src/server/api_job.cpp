@@ -62,7 +62,16 @@ ojson ApiJob::usage() const {
 
 void ApiJob::start_stream() {
   responder_->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-  if (!spec.chat) return;
+  if (!spec.chat) {
+    if (!spec.echo) return;
+    for (auto& c : choices) {
+      ojson chunk = {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_name_},
+                     {"choices", ojson::array({{{"index", c->index}, {"text", echo_texts[static_cast<size_t>(c->prompt_index)]},
+                                                {"logprobs", nullptr}, {"finish_reason", nullptr}}})}};
+      responder_->write(sse_event(dump(chunk)));
+    }
+    return;
+  }
   for (auto& c : choices) {
     ojson chunk = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_name_},
                    {"choices", ojson::array({{{"index", c->index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -188,7 +197,7 @@ void ApiJob::emit_chunk(ChoiceState& c, const std::string& delta, const ojson& l
 
 ojson ApiJob::choice_json(const ChoiceState& c) const {
   ojson ch = {{"index", c.index}};
-  const std::string echo = spec.echo && !spec.chat ? tok_.decode(prompt_ids[static_cast<size_t>(c.prompt_index)], false) : "";
+  const std::string echo = spec.echo && !spec.chat ? echo_texts[static_cast<size_t>(c.prompt_index)] : "";
   if (spec.chat) {
     ch["message"] = {{"role", "assistant"}, {"content", c.text}};
     ch["logprobs"] = spec.logprobs >= 0 ? ojson{{"content", c.logprobs}} : ojson(nullptr);

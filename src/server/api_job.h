@@ -42,6 +42,7 @@ class ApiJob : public std::enable_shared_from_this<ApiJob> {
 
   CompletionSpec spec;
   std::vector<std::vector<int32_t>> prompt_ids;  // one per prompt
+  std::vector<std::string> echo_texts;           // what echo prepends, one per prompt
   std::vector<std::unique_ptr<ChoiceState>> choices;
 
   // Engine thread: a token or a finish for choice c.
@@ -50,7 +51,7 @@ class ApiJob : public std::enable_shared_from_this<ApiJob> {
   void on_logits(ChoiceState& c, int pos, const float* logits, int32_t vocab);
   // Call once every choice is in place, before any engine event can arrive.
   void arm() { remaining_ = static_cast<int>(choices.size()); }
-  // Starts the SSE stream (chat: the role chunk of every choice).
+  // Starts the SSE stream (chat: the role chunk of every choice; completions with echo: the prompt).
   void start_stream();
   // The client left or the server is shutting down.
   void cancel(Engine& engine);

@@ -232,7 +232,10 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
     }
     job->prompt_ids.push_back(tok_->encode(text, false, true));
   } else {
-    for (const auto& p : s.prompts) job->prompt_ids.push_back(p.is_text ? tok_->encode(p.text, true) : p.ids);
+    for (const auto& p : s.prompts) {
+      job->prompt_ids.push_back(p.is_text ? tok_->encode(p.text, true) : p.ids);
+      job->echo_texts.push_back(p.is_text ? p.text : tok_->decode(p.ids, true));
+    }
   }
   const int ctx_len = engine_->context();
   for (const auto& ids : job->prompt_ids) {
@@ -260,14 +263,13 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
       job->choices.push_back(std::move(c));
     }
   job->arm();
+  // Refuse before any stream starts, so a busy server answers 429 with the status line itself.
+  const int total = static_cast<int>(job->choices.size());
+  if (total > opt_.max_queue)
+    throw ApiError(400, cat("the request asks for ", total, " completions; this server queues at most ", opt_.max_queue), "n");
+  if (engine_->queue_room() < total)
+    throw ApiError(429, cat("the request queue is full (", opt_.max_queue, " waiting); retry later"), {}, "rate_limit_exceeded");
   if (s.stream) job->start_stream();
-  if (s.echo && s.stream && !chat)
-    for (auto& c : job->choices)
-      res->write(sse_event(ojson{{"id", "echo"}, {"object", "text_completion"}, {"model", opt_.model_name},
-                                 {"choices", ojson::array({{{"index", c->index},
-                                                            {"text", tok_->decode(job->prompt_ids[static_cast<size_t>(c->prompt_index)], false)},
-                                                            {"logprobs", nullptr}, {"finish_reason", nullptr}}})}}
-                                     .dump(-1, ' ', false, ojson::error_handler_t::replace)));
   std::random_device rd;
   for (auto& cp : job->choices) {
     ChoiceState* c = cp.get();
@@ -277,7 +279,8 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
     g.sampling = s.sampling;
     // Sibling choices draw from streams of their own; a given seed keeps them reproducible.
     g.sampling.seed = s.seed_given ? s.sampling.seed + static_cast<uint64_t>(c->index) : (static_cast<uint64_t>(rd()) << 32 | rd());
-    g.max_tokens = s.max_tokens >= 0 ? s.max_tokens : (chat ? ctx_len - static_cast<int>(ids.size()) : 16);
+    const int room = ctx_len - static_cast<int>(ids.size());
+    g.max_tokens = s.max_tokens >= 0 ? s.max_tokens : (chat ? room : std::min(16, room));
     g.stop_ids = stops;
     g.logprobs = s.logprobs;
     Engine* eng = engine_.get();
@@ -294,6 +297,7 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
     try {
       c->engine_id = engine_->submit(std::move(g));
     } catch (const QueueFull& e) {
+      // Lost a race for the last queue slots after the check above.
       job->cancel(*engine_);
       metrics_.count_request(label, 429);
       if (s.stream) {
@@ -301,6 +305,17 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
         res->end();
       } else {
         res->send(429, "application/json", ApiError(429, e.what(), {}, "rate_limit_exceeded").body());
+      }
+      return;
+    } catch (const Error& e) {
+      // The checks above should have caught it; the request still gets a client error, not a 500.
+      job->cancel(*engine_);
+      metrics_.count_request(label, 400);
+      if (s.stream) {
+        res->write(sse_event(ApiError(400, e.what()).body()));
+        res->end();
+      } else {
+        res->send(400, "application/json", ApiError(400, e.what()).body());
       }
       return;
     }

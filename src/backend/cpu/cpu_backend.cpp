@@ -1,5 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,15 @@ float* alloc_zeroed(uint64_t bytes, const char* what) {
   TF_CHECK(p != nullptr, what, ": out of memory allocating ", padded, " bytes");
   std::memset(p, 0, padded);
   return static_cast<float*>(p);
+}
+
+float* map_zeroed(uint64_t bytes) {
+  void* p = ::mmap(nullptr, std::max<uint64_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<float*>(p);
+}
+
+void unmap(float* p, uint64_t bytes) {
+  if (p) ::munmap(p, std::max<uint64_t>(bytes, 1));
 }
 
 }  // namespace
@@ -47,20 +58,21 @@ CpuKv::CpuKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_di
   elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
   TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxElems), "alloc_kv: ", elems_,
            " elements is too many");
-  k_ = alloc_zeroed(elems_ * sizeof(float), "alloc_kv");
-  v_ = static_cast<float*>(nullptr);
-  try {
-    v_ = alloc_zeroed(elems_ * sizeof(float), "alloc_kv");
-  } catch (...) {
-    std::free(k_);
-    throw;
+  // Anonymous zero pages: the pool's memory is committed as pages are first written, which is
+  // what the memory planner counts (each lane's pages on its first prompt, cache pages as kept).
+  k_ = map_zeroed(elems_ * sizeof(float));
+  v_ = map_zeroed(elems_ * sizeof(float));
+  if (!k_ || !v_) {
+    unmap(k_, elems_ * sizeof(float));
+    unmap(v_, elems_ * sizeof(float));
+    fail("alloc_kv: out of memory reserving ", 2 * elems_ * sizeof(float), " bytes");
   }
   counter_->fetch_add(bytes());
 }
 
 CpuKv::~CpuKv() {
-  std::free(k_);
-  std::free(v_);
+  unmap(k_, elems_ * sizeof(float));
+  unmap(v_, elems_ * sizeof(float));
   counter_->fetch_sub(bytes());
 }
 
@@ -145,6 +157,28 @@ std::unique_ptr<Weight> CpuBackend::load_weight(const TensorView& view) {
   w->data = view.data;
   w->row_bytes = rb;
   return w;
+}
+
+void CpuBackend::kv_page_to_host(const KvStorage& kv, int page, float* dst) {
+  auto* c = dynamic_cast<const CpuKv*>(&kv);
+  TF_CHECK(c && page >= 0 && page < kv.pages, "kv_page_to_host: bad storage or page ", page);
+  const size_t n = static_cast<size_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
+  for (int l = 0; l < kv.layers; ++l) {
+    std::memcpy(dst, c->k_at(l, page, 0), n * sizeof(float));
+    std::memcpy(dst + n, c->v_at(l, page, 0), n * sizeof(float));
+    dst += 2 * n;
+  }
+}
+
+void CpuBackend::kv_page_from_host(KvStorage& kv, int page, const float* src) {
+  auto* c = dynamic_cast<CpuKv*>(&kv);
+  TF_CHECK(c && page >= 0 && page < kv.pages, "kv_page_from_host: bad storage or page ", page);
+  const size_t n = static_cast<size_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
+  for (int l = 0; l < kv.layers; ++l) {
+    std::memcpy(c->k_at(l, page, 0), src, n * sizeof(float));
+    std::memcpy(c->v_at(l, page, 0), src + n, n * sizeof(float));
+    src += 2 * n;
+  }
 }
 
 std::unique_ptr<KvStorage> CpuBackend::alloc_kv(int layers, int pages, int page_size,

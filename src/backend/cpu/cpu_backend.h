@@ -55,6 +55,8 @@ class CpuBackend : public Backend {
   void to_host(const Tensor& src, float* dst) override;
   void from_host(const float* src, Tensor dst) override;
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;
+  void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
+  void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
   std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                       int head_dim) override;
   uint64_t device_bytes_in_use() const override { return counter_->load(); }

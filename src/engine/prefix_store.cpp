@@ -1,0 +1,290 @@
+#include "engine/prefix_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backend/backend.h"
+#include "base/error.h"
+
+namespace tf {
+
+struct PrefixStore::Node {
+  Node* parent = nullptr;
+  uint64_t hash = 0;
+  std::string salt;
+  std::vector<int32_t> tokens;
+  int32_t page = -1;        // pool page, or -1 while the contents live in host memory
+  std::vector<float> host;  // contents while in host memory
+  uint64_t last_used = 0;
+  std::unordered_multimap<uint64_t, std::unique_ptr<Node>> children;
+};
+
+namespace {
+
+uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+uint64_t default_hash(uint64_t parent, const int32_t* tokens, int n) {
+  uint64_t h = mix64(parent + 0x9e3779b97f4a7c15ull);
+  for (int i = 0; i < n; ++i) h = mix64(h ^ static_cast<uint32_t>(tokens[i]));
+  return h;
+}
+
+}  // namespace
+
+PrefixStore::PrefixStore(PagePool& pool, int page_size, uint64_t seed, Backend* backend, KvStorage* kv)
+    : pool_(pool), page_size_(page_size), seed_(seed), backend_(backend), kv_(kv), hash_(default_hash),
+      root_(std::make_unique<Node>()) {}
+
+PrefixStore::~PrefixStore() { clear(); }
+
+uint64_t PrefixStore::page_bytes() const {
+  return kv_ ? kv_->bytes() / static_cast<uint64_t>(std::max(1, kv_->pages)) : 0;
+}
+
+uint64_t PrefixStore::salt_root_hash(const std::string& salt) const {
+  uint64_t h = mix64(seed_);
+  for (unsigned char c : salt) h = mix64(h ^ c);
+  return h;
+}
+
+PrefixStore::Node* PrefixStore::child(Node* parent, uint64_t h, const int32_t* tokens) const {
+  auto range = parent->children.equal_range(h);
+  for (auto it = range.first; it != range.second; ++it) {
+    Node* n = it->second.get();
+    if (std::memcmp(n->tokens.data(), tokens, sizeof(int32_t) * static_cast<size_t>(page_size_)) == 0) return n;
+  }
+  return nullptr;
+}
+
+std::vector<int32_t> PrefixStore::match(const std::string& salt, const std::vector<int32_t>& tokens, int max_pages) {
+  std::vector<int32_t> out;
+  stats_.lookups++;
+  if (device_cap_ <= 0) return out;
+  max_pages = std::min<int>(max_pages, static_cast<int>(tokens.size()) / page_size_);
+  auto root_it = root_->children.equal_range(salt_root_hash(salt));
+  Node* parent = nullptr;
+  for (auto it = root_it.first; it != root_it.second; ++it)
+    if (it->second->salt == salt) parent = it->second.get();
+  if (!parent) return out;
+  const uint64_t now = ++tick_;
+  for (int i = 0; i < max_pages; ++i) {
+    const int32_t* tk = tokens.data() + static_cast<size_t>(i) * page_size_;
+    Node* n = child(parent, hash_(parent->hash, tk, page_size_), tk);
+    if (!n) break;
+    if (n->page < 0) {
+      // Restore from host memory into a free page; pages already matched are referenced by us,
+      // so eviction cannot take them.
+      if (pool_.free_count() == 0) evict_until_free(1);
+      std::vector<int32_t> p;
+      if (!pool_.alloc(1, p)) break;
+      backend_->kv_page_from_host(*kv_, p[0], n->host.data());
+      stats_.host_bytes -= n->host.size() * sizeof(float);
+      std::vector<float>().swap(n->host);
+      n->page = p[0];
+      stats_.restores++;
+    }
+    pool_.ref(n->page);
+    out.push_back(n->page);
+    n->last_used = now;
+    parent = n;
+  }
+  for (Node* a = parent; a && a != root_.get(); a = a->parent) a->last_used = now;
+  if (!out.empty()) {
+    stats_.hits++;
+    stats_.hit_tokens += out.size() * static_cast<size_t>(page_size_);
+  }
+  return out;
+}
+
+void PrefixStore::insert(const std::string& salt, const std::vector<int32_t>& tokens, const std::vector<int32_t>& pages,
+                         int full_pages) {
+  if (device_cap_ <= 0) return;
+  full_pages = std::min<int>({full_pages, static_cast<int>(pages.size()), static_cast<int>(tokens.size()) / page_size_});
+  const uint64_t rh = salt_root_hash(salt);
+  Node* parent = nullptr;
+  auto range = root_->children.equal_range(rh);
+  for (auto it = range.first; it != range.second; ++it)
+    if (it->second->salt == salt) parent = it->second.get();
+  if (!parent) {
+    auto node = std::make_unique<Node>();
+    node->parent = root_.get();
+    node->hash = rh;
+    node->salt = salt;
+    parent = node.get();
+    root_->children.emplace(rh, std::move(node));
+  }
+  const uint64_t now = ++tick_;
+  for (int i = 0; i < full_pages; ++i) {
+    const int32_t* tk = tokens.data() + static_cast<size_t>(i) * page_size_;
+    const uint64_t h = hash_(parent->hash, tk, page_size_);
+    Node* n = child(parent, h, tk);
+    if (!n) {
+      auto node = std::make_unique<Node>();
+      node->parent = parent;
+      node->hash = h;
+      node->salt = salt;
+      node->tokens.assign(tk, tk + page_size_);
+      node->page = pages[static_cast<size_t>(i)];
+      pool_.ref(node->page);
+      n = node.get();
+      parent->children.emplace(h, std::move(node));
+    } else if (n->page < 0) {
+      // The host copy is stale-free but the lane's page is already on the device: adopt it.
+      n->page = pages[static_cast<size_t>(i)];
+      pool_.ref(n->page);
+      stats_.host_bytes -= n->host.size() * sizeof(float);
+      std::vector<float>().swap(n->host);
+    }
+    n->last_used = now;
+    parent = n;
+  }
+  enforce_device_cap();
+}
+
+void PrefixStore::drop(Node* n) {
+  if (n->page >= 0) pool_.unref(n->page);
+  stats_.host_bytes -= n->host.size() * sizeof(float);
+  Node* parent = n->parent;
+  auto range = parent->children.equal_range(n->hash);
+  for (auto it = range.first; it != range.second; ++it)
+    if (it->second.get() == n) {
+      parent->children.erase(it);
+      break;
+    }
+  // A salt root with no pages left goes too.
+  if (parent != root_.get() && parent->parent == root_.get() && parent->children.empty()) drop(parent);
+}
+
+bool PrefixStore::evict_one() {
+  // Least recently used page that only the store holds and that no child needs on the device.
+  Node* best = nullptr;
+  std::vector<Node*> stack = {root_.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    bool child_on_device = false;
+    for (auto& [h, c] : n->children) {
+      stack.push_back(c.get());
+      child_on_device |= c->page >= 0;
+    }
+    if (n->page < 0 || pool_.refcount(n->page) != 1) continue;
+    // With a host tier a page may leave while its children sit in host memory; without one only leaves go.
+    if (host_budget_ > 0 && backend_ && kv_ ? child_on_device : !n->children.empty()) continue;
+    if (!best || n->last_used < best->last_used) best = n;
+  }
+  if (!best) return false;
+  stats_.evictions++;
+  if (host_budget_ > 0 && backend_ && kv_ && page_bytes() <= host_budget_) {
+    const uint64_t floats = page_bytes() / sizeof(float);
+    best->host.resize(floats);
+    backend_->kv_page_to_host(*kv_, best->page, best->host.data());
+    stats_.host_bytes += floats * sizeof(float);
+    pool_.unref(best->page);
+    best->page = -1;
+    enforce_host_budget();
+  } else {
+    drop(best);
+  }
+  return true;
+}
+
+void PrefixStore::enforce_host_budget() {
+  while (stats_.host_bytes > host_budget_) {
+    Node* best = nullptr;
+    std::vector<Node*> stack = {root_.get()};
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (auto& [h, c] : n->children) stack.push_back(c.get());
+      if (n->page < 0 && !n->host.empty() && n->children.empty() && (!best || n->last_used < best->last_used)) best = n;
+    }
+    if (!best) break;
+    stats_.host_evictions++;
+    drop(best);
+  }
+}
+
+int PrefixStore::evict_until_free(int free_target) {
+  int freed = 0;
+  while (pool_.free_count() < free_target) {
+    const int before = pool_.free_count();
+    if (!evict_one()) break;
+    freed += pool_.free_count() - before;
+  }
+  return freed;
+}
+
+void PrefixStore::enforce_device_cap() {
+  while (evictable_pages() > device_cap_ && evict_one()) {
+  }
+}
+
+int PrefixStore::evictable_pages() const {
+  int n = 0;
+  std::vector<const Node*> stack = {root_.get()};
+  while (!stack.empty()) {
+    const Node* x = stack.back();
+    stack.pop_back();
+    for (const auto& [h, c] : x->children) stack.push_back(c.get());
+    n += x->page >= 0 && pool_.refcount(x->page) == 1;
+  }
+  return n;
+}
+
+void PrefixStore::clear() {
+  std::vector<Node*> stack = {root_.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& [h, c] : n->children) stack.push_back(c.get());
+    if (n->page >= 0) pool_.unref(n->page);
+    n->page = -1;
+  }
+  root_ = std::make_unique<Node>();
+  stats_.host_bytes = 0;
+}
+
+PrefixStats PrefixStore::stats() const {
+  PrefixStats s = stats_;
+  s.entries = s.device_pages = s.kept_pages = s.host_entries = 0;
+  std::vector<const Node*> stack = {root_.get()};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& [h, c] : n->children) stack.push_back(c.get());
+    if (n->tokens.empty()) continue;
+    s.entries++;
+    if (n->page >= 0) {
+      s.device_pages++;
+      s.kept_pages += pool_.refcount(n->page) == 1;
+    } else {
+      s.host_entries++;
+    }
+  }
+  return s;
+}
+
+bool PrefixStore::check() const {
+  std::vector<const Node*> stack = {root_.get()};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& [h, c] : n->children) {
+      if (c->parent != n) return false;
+      stack.push_back(c.get());
+    }
+    if (n->page >= 0 && pool_.refcount(n->page) < 1) return false;
+    if (!n->tokens.empty() && n->page < 0 && n->host.empty()) return false;
+  }
+  return pool_.census_ok();
+}
+
+}  // namespace tf

@@ -1,0 +1,26 @@
+"""Token ids do not depend on concurrency: bench/bench_concurrent.py's core at --parallel 1, 2 and 4."""
+import importlib.util
+
+from server_util import REPO
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_concurrent", REPO / "bench" / "bench_concurrent.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_concurrent_equals_solo_across_levels(tensorfold_bin):
+    bench = _bench()
+    lines = []
+    results = bench.run([1, 2, 4], n_prompts=4, max_tokens=12, bin_path=tensorfold_bin, out=lines.append)
+    report = "\n".join(lines)
+    for level, r in results.items():
+        assert r["failed"] == 0, report
+        assert r["unequal"] == 0, report
+        assert len(r["solo"]) == r["requests"] == 8
+    # The seeded and greedy replies differ, so equality above is not trivially true.
+    solo = results[1]["solo"]
+    assert any(solo[("t0", i)] != solo[("t1", i)] for i in range(4))
+    assert len({tuple(v) for v in solo.values()}) == len(solo)
