@@ -179,6 +179,7 @@ void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
   if (reason != FinishReason::Error)
     store_->insert(lane.req.cache_salt, lane.tokens, lane.pages, lane.computed / opt_.page_size);
   pages_.release(lane.pages);
+  store_->trim();
   lane.active = false;
   lane.tokens.clear();
   lane.req = GenerationRequest{};

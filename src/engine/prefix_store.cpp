@@ -146,7 +146,6 @@ void PrefixStore::insert(const std::string& salt, const std::vector<int32_t>& to
     n->last_used = now;
     parent = n;
   }
-  enforce_device_cap();
 }
 
 void PrefixStore::drop(Node* n) {
@@ -222,7 +221,7 @@ int PrefixStore::evict_until_free(int free_target) {
   return freed;
 }
 
-void PrefixStore::enforce_device_cap() {
+void PrefixStore::trim() {
   while (evictable_pages() > device_cap_ && evict_one()) {
   }
 }

@@ -57,6 +57,8 @@ class PrefixStore {
   // Frees kept pages (least recently used leaves first) until the pool has `free_target` free
   // pages or nothing more can go; returns how many pages were freed.
   int evict_until_free(int free_target);
+  // Evicts kept pages beyond the cap; call after the lanes that inserted released their pages.
+  void trim();
   // Kept pages the store could give back right now.
   int evictable_pages() const;
   void clear();
@@ -69,7 +71,6 @@ class PrefixStore {
   Node* child(Node* parent, uint64_t h, const int32_t* tokens) const;
   bool evict_one();
   void drop(Node* n);
-  void enforce_device_cap();
   void enforce_host_budget();
   uint64_t salt_root_hash(const std::string& salt) const;
 

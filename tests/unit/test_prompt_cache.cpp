@@ -1,0 +1,221 @@
+// Resumed equals cold: a prompt that adopts cached pages gives bit-identical logits and the same
+// tokens as one computed from scratch; the page census holds after every request and failure.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "model_fixture.h"
+
+namespace tf {
+
+namespace {
+
+struct Result {
+  test::Trace trace;
+  int cached = 0;
+};
+
+std::vector<Result> submit_all(Engine& engine, const std::vector<test::Job>& jobs, int32_t vocab,
+                               const std::string& salt = {}) {
+  std::vector<Result> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    GenerationRequest req;
+    req.prompt = jobs[i].prompt;
+    req.max_tokens = jobs[i].max_tokens;
+    req.sampling = jobs[i].sampling;
+    req.cache_salt = salt;
+    Result* r = &out[i];
+    req.on_logits = [r, vocab](int pos, const float* lg) { r->trace.logits[pos].assign(lg, lg + vocab); };
+    req.on_event = [r](const TokenEvent& ev) {
+      if (ev.token >= 0) r->trace.tokens.push_back(ev.token);
+      r->cached = ev.cached_tokens;
+    };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  return out;
+}
+
+void expect_same(const test::Trace& cold, const test::Trace& warm, const std::string& what) {
+  EXPECT_EQ(cold.tokens, warm.tokens) << what;
+  // The warm run computes only the rows after its cached prefix; each of those is bit-identical.
+  for (const auto& [pos, row] : warm.logits) {
+    auto it = cold.logits.find(pos);
+    ASSERT_NE(it, cold.logits.end()) << what << " position " << pos;
+    EXPECT_EQ(std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)), 0) << what << " position " << pos;
+  }
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+void expect_census(const Engine& e, const std::string& what) {
+  Census c = e.census();
+  EXPECT_TRUE(c.ok()) << what << ": free " << c.free << " kept " << c.kept << " used " << c.used << " total " << c.total;
+  EXPECT_EQ(c.used, 0) << what;
+}
+
+}  // namespace
+
+class PromptCache : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PromptCache, ResumedEqualsCold) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(3);
+  EngineOptions opt;
+  opt.lanes = 4;
+  opt.context = 128;
+  opt.chunk = 16;
+  opt.page_size = 16;
+  opt.cache_pages = 64;
+  Engine warm(*m->model, *m->backend, opt);
+  EngineOptions cold_opt = opt;
+  cold_opt.cache_pages = 0;
+  for (bool sampled : {false, true}) {
+    test::Job j;
+    j.prompt = random_tokens(rng, 70, V);
+    j.max_tokens = 8;
+    j.sampling.temperature = sampled ? 1.0f : 0.0f;
+    j.sampling.seed = 11;
+    auto cold = test::run_jobs(*m->model, *m->backend, cold_opt, {j})[0];
+    auto first = submit_all(warm, {j}, V);
+    EXPECT_EQ(first[0].cached, 0);
+    expect_same(cold, first[0].trace, "first");
+    auto again = submit_all(warm, {j}, V);
+    EXPECT_EQ(again[0].cached, 64) << "a 70-token prompt resumes from the mark at 64";
+    expect_same(cold, again[0].trace, "again");
+    auto many = submit_all(warm, {j, j, j, j}, V);
+    for (const auto& r : many) {
+      EXPECT_GT(r.cached, 0);
+      expect_same(cold, r.trace, "4 at once");
+    }
+    // A conversation's next turn: the old prompt, the reply, then more.
+    test::Job next = j;
+    next.prompt.insert(next.prompt.end(), cold.tokens.begin(), cold.tokens.end());
+    auto more = random_tokens(rng, 20, V);
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    auto cold_next = test::run_jobs(*m->model, *m->backend, cold_opt, {next})[0];
+    auto warm_next = submit_all(warm, {next}, V);
+    EXPECT_EQ(warm_next[0].cached, 64);
+    expect_same(cold_next, warm_next[0].trace, "next turn");
+    expect_census(warm, "after turns");
+  }
+  // Salts isolate tenants.
+  test::Job j;
+  j.prompt = random_tokens(rng, 40, V);
+  j.max_tokens = 2;
+  submit_all(warm, {j}, V, "a");
+  EXPECT_EQ(submit_all(warm, {j}, V, "b")[0].cached, 0);
+  EXPECT_EQ(submit_all(warm, {j}, V, "a")[0].cached, 32);
+}
+
+TEST_P(PromptCache, RoundRobinPastTheCapStaysExact) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(5);
+  EngineOptions opt;
+  opt.lanes = 2;
+  opt.context = 96;
+  opt.chunk = 16;
+  opt.page_size = 16;
+  opt.cache_pages = 6;  // three 2-page prefixes fit; the round robin below needs five
+  opt.host_cache_bytes = GetParam() == "llama" ? (1u << 20) : 0;  // one family through the host tier
+  Engine warm(*m->model, *m->backend, opt);
+  EngineOptions cold_opt = opt;
+  cold_opt.cache_pages = 0;
+  std::vector<test::Job> convs(5);
+  for (auto& c : convs) {
+    c.prompt = random_tokens(rng, 40, V);
+    c.max_tokens = 4;
+  }
+  std::vector<test::Trace> cold;
+  for (const auto& c : convs) cold.push_back(test::run_jobs(*m->model, *m->backend, cold_opt, {c})[0]);
+  int hits = 0;
+  for (int round = 0; round < 3; ++round)
+    for (size_t i = 0; i < convs.size(); ++i) {
+      auto r = submit_all(warm, {convs[i]}, V);
+      hits += r[0].cached > 0;
+      expect_same(cold[i], r[0].trace, "round robin");
+      expect_census(warm, "round robin");
+      EXPECT_LE(warm.census().kept, 6);
+    }
+  const auto st = warm.cache_stats();
+  EXPECT_GT(st.evictions, 0u);
+  if (opt.host_cache_bytes > 0) {
+    EXPECT_GT(st.restores, 0u);
+    EXPECT_GT(hits, 5);
+  }
+  // Page pressure: a context-filling request evicts kept pages and still runs exactly.
+  test::Job big;
+  big.prompt = random_tokens(rng, 90, V);
+  big.max_tokens = 6;
+  auto cold_big = test::run_jobs(*m->model, *m->backend, cold_opt, {big})[0];
+  auto r = submit_all(warm, {big, convs[0]}, V);
+  expect_same(cold_big, r[0].trace, "under pressure");
+  expect_same(cold[0], r[1].trace, "beside pressure");
+  expect_census(warm, "after pressure");
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PromptCache, ::testing::Values("llama", "qwen3_moe"),
+                         [](const auto& info) { return info.param; });
+
+namespace {
+
+// Throws from forward when armed, to check that a failed round gives its pages back.
+class FailingModel : public Model {
+ public:
+  explicit FailingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
+  void reserve(int rows) override { inner_.reserve(rows); }
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) override {
+    if (armed) throw Error("planted failure");
+    inner_.forward(in, kv, logits);
+  }
+  bool armed = false;
+
+ private:
+  Model& inner_;
+};
+
+}  // namespace
+
+TEST(PromptCache, FailedRoundReturnsItsPages) {
+  auto m = test::load_fixture(test::golden_dir("llama"), 1);
+  FailingModel fm(*m->model);
+  EngineOptions opt;
+  opt.lanes = 3;
+  opt.context = 64;
+  opt.chunk = 16;
+  opt.cache_pages = 8;
+  Engine e(fm, *m->backend, opt);
+  std::mt19937 rng(9);
+  std::vector<test::Job> jobs(3);
+  for (auto& j : jobs) {
+    j.prompt = random_tokens(rng, 33, m->model->vocab_size());
+    j.max_tokens = 5;
+  }
+  submit_all(e, jobs, m->model->vocab_size());
+  expect_census(e, "before");
+  fm.armed = true;
+  int errors = 0;
+  for (const auto& j : jobs) {
+    GenerationRequest req;
+    req.prompt = j.prompt;
+    req.max_tokens = 5;
+    req.on_event = [&](const TokenEvent& ev) { errors += ev.finish == FinishReason::Error; };
+    e.submit(std::move(req));
+  }
+  e.run_until_idle();
+  EXPECT_EQ(errors, 3);
+  expect_census(e, "after a failed round");
+  fm.armed = false;
+  auto again = submit_all(e, jobs, m->model->vocab_size());
+  EXPECT_EQ(again[0].trace.tokens.size(), 5u);
+  expect_census(e, "after recovery");
+}
+
+}  // namespace tf
