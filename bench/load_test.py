@@ -4,7 +4,7 @@
 Starts `tensorfold serve --parallel P` (or uses --url), warms it up, reads RSS from /memory, then
 runs --clients threads that each send --requests completions (small max_tokens; alternately
 streaming and not, completions and chat). Afterwards it waits for the server to go idle and checks
-the KV census (pages_free + pages_used == pages_total, pages_used == 0 when idle, lanes idle) and
+the KV census (pages_free + pages_kept + pages_used == pages_total, pages_used == 0 when idle, lanes idle) and
 reports the RSS change. Exits non-zero on any error, a broken census, or RSS growth beyond
 --max-rss-growth-mb.
 
@@ -118,9 +118,10 @@ def run_load(url, clients=64, requests_each=4, max_tokens=8, warmup=16, out=prin
     idle1, went_idle = wait_idle(url)
     kv = idle1["kv_pool"]
     census = {
-        "census_ok": bool(idle1["census_ok"]) and kv["pages_free"] + kv["pages_used"] == kv["pages_total"],
+        "census_ok": bool(idle1["census_ok"]) and kv["pages_free"] + kv.get("pages_kept", 0) + kv["pages_used"] == kv["pages_total"],
         "idle": went_idle and kv["pages_used"] == 0 and idle1["lanes"]["busy"] == 0,
         "pages_total": kv["pages_total"], "pages_free": kv["pages_free"], "pages_used": kv["pages_used"],
+        "pages_kept": kv.get("pages_kept", 0),
     }
     rss1 = idle1["process"]["rss_bytes"]
     summary = {
@@ -133,7 +134,7 @@ def run_load(url, clients=64, requests_each=4, max_tokens=8, warmup=16, out=prin
         f"({summary['tokens_per_s']:.0f} tok/s), errors: {len(errors)}")
     out(f"RSS after warm-up {summary['rss_after_warmup_mb']:.1f} MB, at the end {summary['rss_end_mb']:.1f} MB, "
         f"delta {summary['rss_delta_mb']:+.1f} MB, peak {summary['peak_rss_mb']:.1f} MB")
-    out(f"KV census: total {kv['pages_total']}, free {kv['pages_free']}, used {kv['pages_used']}, "
+    out(f"KV census: total {kv['pages_total']}, free {kv['pages_free']}, kept {kv.get('pages_kept', 0)}, used {kv['pages_used']}, "
         f"census_ok {census['census_ok']}, idle {census['idle']}")
     for e in errors[:10]:
         out(f"  {e}")

@@ -80,6 +80,7 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
     lanes_.push_back(std::make_unique<Lane>());
     lanes_.back()->index = i;
   }
+  publish();
 }
 
 Engine::~Engine() {
@@ -151,13 +152,16 @@ Census Engine::census() const {
   Census c;
   c.total = pages_.total();
   c.free = pages_.free_count();
-  c.kept = store_->evictable_pages();
-  c.used = c.total - c.free - c.kept;
+  c.kept = pages_.kept_count();
+  c.used = pages_.used_count();
+  return c;
+}
+
+bool Engine::audit() const {
   int lane_pages = 0;
   for (const auto& l : lanes_) lane_pages += static_cast<int>(l->pages.size());
-  // Every used page is held by a lane; the store never holds more than it says.
-  if (lane_pages < c.used || !pages_.census_ok() || !store_->check()) c.used = -1;
-  return c;
+  // Every used page is held by a lane (pages shared between lanes count once or more).
+  return pages_.census_ok() && store_->check() && lane_pages >= pages_.used_count();
 }
 
 PrefixStats Engine::cache_stats() const { return store_->stats(); }

@@ -105,6 +105,8 @@ class Engine {
   int queue_room() const;
   // Engine thread only (or while no round runs).
   Census census() const;
+  // Full consistency check of pool, store and lanes (walks everything; for tests and debugging).
+  bool audit() const;
   PrefixStats cache_stats() const;
   uint64_t page_bytes() const;
   const EngineOptions& options() const { return opt_; }

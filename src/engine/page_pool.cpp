@@ -7,6 +7,7 @@ namespace tf {
 PagePool::PagePool(int total_pages, int page_size) : page_size_(page_size) {
   TF_CHECK(total_pages > 0 && page_size > 0, "page pool: ", total_pages, " pages of ", page_size, " positions");
   refs_.assign(static_cast<size_t>(total_pages), 0);
+  cached_.assign(static_cast<size_t>(total_pages), 0);
   for (int i = total_pages - 1; i >= 0; --i) free_.push_back(i);
 }
 
@@ -21,14 +22,34 @@ bool PagePool::alloc(int n, std::vector<int32_t>& out) {
   return true;
 }
 
+void PagePool::update_kept(int32_t page, int before, int after) {
+  if (!cached_[static_cast<size_t>(page)]) return;
+  kept_ += (after == 1) - (before == 1);
+}
+
 void PagePool::ref(int32_t page) {
   TF_CHECK(page >= 0 && page < total() && refs_[static_cast<size_t>(page)] > 0, "page pool: ref of free page ", page);
-  refs_[static_cast<size_t>(page)]++;
+  int& r = refs_[static_cast<size_t>(page)];
+  update_kept(page, r, r + 1);
+  ++r;
 }
 
 void PagePool::unref(int32_t page) {
   TF_CHECK(page >= 0 && page < total() && refs_[static_cast<size_t>(page)] > 0, "page pool: unref of free page ", page);
-  if (--refs_[static_cast<size_t>(page)] == 0) free_.push_back(page);
+  int& r = refs_[static_cast<size_t>(page)];
+  update_kept(page, r, r - 1);
+  if (--r == 0) {
+    TF_CHECK(!cached_[static_cast<size_t>(page)], "page pool: cached page ", page, " lost its last reference");
+    free_.push_back(page);
+  }
+}
+
+void PagePool::set_cached(int32_t page, bool cached) {
+  TF_CHECK(page >= 0 && page < total() && refs_[static_cast<size_t>(page)] > 0, "page pool: caching free page ", page);
+  uint8_t& c = cached_[static_cast<size_t>(page)];
+  if (static_cast<bool>(c) == cached) return;
+  if (refs_[static_cast<size_t>(page)] == 1) kept_ += cached ? 1 : -1;
+  c = cached;
 }
 
 void PagePool::release(std::vector<int32_t>& pages) {
@@ -37,9 +58,12 @@ void PagePool::release(std::vector<int32_t>& pages) {
 }
 
 bool PagePool::census_ok() const {
-  int zero = 0;
-  for (int32_t r : refs_) zero += r == 0;
-  return zero == free_count();
+  int zero = 0, kept = 0;
+  for (size_t i = 0; i < refs_.size(); ++i) {
+    zero += refs_[i] == 0;
+    kept += refs_[i] == 1 && cached_[i];
+  }
+  return zero == free_count() && kept == kept_ && free_count() + kept_ + used_count() == total();
 }
 
 }  // namespace tf

@@ -89,7 +89,10 @@ std::vector<int32_t> PrefixStore::match(const std::string& salt, const std::vect
       stats_.host_bytes -= n->host.size() * sizeof(float);
       std::vector<float>().swap(n->host);
       n->page = p[0];
+      pool_.set_cached(n->page, true);
       stats_.restores++;
+      stats_.host_entries--;
+      stats_.device_pages++;
     }
     pool_.ref(n->page);
     out.push_back(n->page);
@@ -134,12 +137,18 @@ void PrefixStore::insert(const std::string& salt, const std::vector<int32_t>& to
       node->tokens.assign(tk, tk + page_size_);
       node->page = pages[static_cast<size_t>(i)];
       pool_.ref(node->page);
+      pool_.set_cached(node->page, true);
+      stats_.entries++;
+      stats_.device_pages++;
       n = node.get();
       parent->children.emplace(h, std::move(node));
     } else if (n->page < 0) {
       // The host copy is stale-free but the lane's page is already on the device: adopt it.
       n->page = pages[static_cast<size_t>(i)];
       pool_.ref(n->page);
+      pool_.set_cached(n->page, true);
+      stats_.host_entries--;
+      stats_.device_pages++;
       stats_.host_bytes -= n->host.size() * sizeof(float);
       std::vector<float>().swap(n->host);
     }
@@ -148,8 +157,17 @@ void PrefixStore::insert(const std::string& salt, const std::vector<int32_t>& to
   }
 }
 
+void PrefixStore::release_page(Node* n) {
+  stats_.device_pages--;
+  pool_.set_cached(n->page, false);
+  pool_.unref(n->page);
+  n->page = -1;
+}
+
 void PrefixStore::drop(Node* n) {
-  if (n->page >= 0) pool_.unref(n->page);
+  if (!n->tokens.empty()) stats_.entries--;
+  if (n->page >= 0) release_page(n);
+  else if (!n->host.empty()) stats_.host_entries--;
   stats_.host_bytes -= n->host.size() * sizeof(float);
   Node* parent = n->parent;
   auto range = parent->children.equal_range(n->hash);
@@ -186,8 +204,8 @@ bool PrefixStore::evict_one() {
     best->host.resize(floats);
     backend_->kv_page_to_host(*kv_, best->page, best->host.data());
     stats_.host_bytes += floats * sizeof(float);
-    pool_.unref(best->page);
-    best->page = -1;
+    stats_.host_entries++;
+    release_page(best);
     enforce_host_budget();
   } else {
     drop(best);
@@ -226,17 +244,7 @@ void PrefixStore::trim() {
   }
 }
 
-int PrefixStore::evictable_pages() const {
-  int n = 0;
-  std::vector<const Node*> stack = {root_.get()};
-  while (!stack.empty()) {
-    const Node* x = stack.back();
-    stack.pop_back();
-    for (const auto& [h, c] : x->children) stack.push_back(c.get());
-    n += x->page >= 0 && pool_.refcount(x->page) == 1;
-  }
-  return n;
-}
+int PrefixStore::evictable_pages() const { return pool_.kept_count(); }
 
 void PrefixStore::clear() {
   std::vector<Node*> stack = {root_.get()};
@@ -244,34 +252,21 @@ void PrefixStore::clear() {
     Node* n = stack.back();
     stack.pop_back();
     for (auto& [h, c] : n->children) stack.push_back(c.get());
-    if (n->page >= 0) pool_.unref(n->page);
-    n->page = -1;
+    if (n->page >= 0) release_page(n);
   }
   root_ = std::make_unique<Node>();
   stats_.host_bytes = 0;
+  stats_.entries = stats_.device_pages = stats_.host_entries = 0;
 }
 
 PrefixStats PrefixStore::stats() const {
   PrefixStats s = stats_;
-  s.entries = s.device_pages = s.kept_pages = s.host_entries = 0;
-  std::vector<const Node*> stack = {root_.get()};
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    for (const auto& [h, c] : n->children) stack.push_back(c.get());
-    if (n->tokens.empty()) continue;
-    s.entries++;
-    if (n->page >= 0) {
-      s.device_pages++;
-      s.kept_pages += pool_.refcount(n->page) == 1;
-    } else {
-      s.host_entries++;
-    }
-  }
+  s.kept_pages = static_cast<uint64_t>(pool_.kept_count());
   return s;
 }
 
 bool PrefixStore::check() const {
+  uint64_t entries = 0, device = 0, host = 0;
   std::vector<const Node*> stack = {root_.get()};
   while (!stack.empty()) {
     const Node* n = stack.back();
@@ -280,10 +275,14 @@ bool PrefixStore::check() const {
       if (c->parent != n) return false;
       stack.push_back(c.get());
     }
-    if (n->page >= 0 && pool_.refcount(n->page) < 1) return false;
+    if (n->page >= 0 && (pool_.refcount(n->page) < 1 || !pool_.cached(n->page))) return false;
     if (!n->tokens.empty() && n->page < 0 && n->host.empty()) return false;
+    entries += !n->tokens.empty();
+    device += n->page >= 0;
+    host += n->page < 0 && !n->host.empty();
   }
-  return pool_.census_ok();
+  return entries == stats_.entries && device == stats_.device_pages && host == stats_.host_entries &&
+         pool_.census_ok();
 }
 
 }  // namespace tf

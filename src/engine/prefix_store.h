@@ -71,6 +71,7 @@ class PrefixStore {
   Node* child(Node* parent, uint64_t h, const int32_t* tokens) const;
   bool evict_one();
   void drop(Node* n);
+  void release_page(Node* n);
   void enforce_host_budget();
   uint64_t salt_root_hash(const std::string& salt) const;
 

@@ -53,11 +53,17 @@ ApiJob::ApiJob(CompletionSpec s, std::shared_ptr<HttpResponder> responder, const
 std::string ApiJob::dump(const ojson& j) const { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 ojson ApiJob::usage() const {
-  int64_t prompt = 0, completion = 0;
+  int64_t prompt = 0, completion = 0, cached = 0;
   for (const auto& p : prompt_ids) prompt += static_cast<int64_t>(p.size());
-  for (const auto& c : choices) completion += static_cast<int64_t>(c->tokens.size());
+  std::vector<int> prompt_cached(prompt_ids.size(), 0);
+  for (const auto& c : choices) {
+    completion += static_cast<int64_t>(c->tokens.size());
+    auto& pc = prompt_cached[static_cast<size_t>(c->prompt_index)];
+    pc = std::max(pc, c->cached);
+  }
+  for (int c : prompt_cached) cached += c;
   return ojson{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
-               {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+               {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 void ApiJob::start_stream() {
@@ -110,6 +116,7 @@ bool ApiJob::append_text(ChoiceState& c, const std::string& piece) {
 void ApiJob::on_event(ChoiceState& c, const TokenEvent& ev, Engine& engine) {
   std::lock_guard<std::mutex> lock(mu_);
   if (c.done) return;
+  c.cached = std::max(c.cached, ev.cached_tokens);
   if (ev.token >= 0) {
     auto now = std::chrono::steady_clock::now();
     if (!first_token_seen_) {

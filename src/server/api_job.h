@@ -30,6 +30,7 @@ struct ChoiceState {
   bool done = false;
   std::string finish_reason;
   bool role_sent = false;
+  int cached = 0;  // prompt tokens the engine adopted from the prompt cache
   nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();  // per-token entries
   std::vector<std::optional<float>> echo_logprobs;  // prompt tokens' logprobs (echo)
   std::chrono::steady_clock::time_point last_token;

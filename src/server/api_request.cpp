@@ -197,6 +197,11 @@ CompletionSpec parse_completion_request(const std::string& body, bool chat, cons
   }
   if (present(j, "return_token_ids")) s.return_token_ids = get_bool(j, "return_token_ids");
   if (present(j, "skip_special_tokens")) s.skip_special_tokens = get_bool(j, "skip_special_tokens");
+  if (present(j, "cache_salt")) {
+    if (!j["cache_salt"].is_string() || j["cache_salt"].get<std::string>().size() > 256)
+      bad("cache_salt", "'cache_salt' must be a string of at most 256 bytes");
+    s.cache_salt = j["cache_salt"].get<std::string>();
+  }
   if (present(j, "draft") && !(j["draft"].is_boolean() || j["draft"].is_object() || j["draft"].is_number_integer()))
     bad("draft", "'draft' must be a boolean, an integer or an object");
   return s;

@@ -58,6 +58,7 @@ struct CompletionSpec {
   int logprobs = -1;  // -1 off; else number of top alternatives (0: the chosen token only)
   bool return_token_ids = false;
   bool skip_special_tokens = true;
+  std::string cache_salt;
 };
 
 // Throws ApiError for malformed JSON, wrong types, and values out of range.

@@ -66,6 +66,10 @@ void ApiServer::load() {
   eo.context = opt_.context;
   eo.max_queue = opt_.max_queue;
   eo.chunk = opt_.chunk;
+  plan_ = plan(eo);
+  log_info(plan_.note);
+  eo.cache_pages = plan_.cache_pages;
+  eo.host_cache_bytes = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
   engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
   engine_thread_ = std::thread([this] { engine_loop(); });
   const auto st = engine_->stats();
@@ -77,6 +81,31 @@ void ApiServer::load() {
            backend_->threads());
   ready_ = true;
   log_info("ready on http://", opt_.host, ":", opt_.port);
+}
+
+MemoryPlan ApiServer::plan(EngineOptions& eo) {
+  // Touch the mapped weights and size the scratch first, so the footprint counts them.
+  volatile uint8_t sink = 0;
+  for (const auto& name : files_.weights->names()) {
+    const TensorView* t = files_.weights->find(name);
+    for (uint64_t i = 0; t && i < t->nbytes; i += 4096) sink = sink + t->data[i];
+  }
+  const int64_t model_ctx = model_->context_length() > 0 ? model_->context_length() : 4096;
+  const int ctx = eo.context > 0 ? eo.context : static_cast<int>(std::min<int64_t>(model_ctx, 1 << 30));
+  model_->reserve(eo.lanes + std::min(eo.chunk, ctx));
+  MemoryPlanInput in;
+  in.limit = static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes()));
+  in.footprint = process_memory().rss_bytes;
+  in.page_bytes = 2ull * static_cast<uint64_t>(model_->n_layers()) * eo.page_size * model_->n_kv_heads() *
+                  model_->head_dim() * sizeof(float);
+  const uint64_t pages_per_lane = (static_cast<uint64_t>(ctx) + eo.page_size - 1) / eo.page_size;
+  // A lane's first prompt at the full window touches its pages and its sampler's vocabulary buffers.
+  in.per_lane_bytes = pages_per_lane * in.page_bytes + 4ull * sizeof(float) * static_cast<uint64_t>(model_->vocab_size());
+  in.lanes = eo.lanes;
+  in.requested_cache_bytes = opt_.prompt_cache_gib < 0 ? -1 : static_cast<int64_t>(opt_.prompt_cache_gib * static_cast<double>(1ull << 30));
+  in.over_cap = opt_.prompt_cache_over_cap;
+  in.host_cache_bytes = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
+  return plan_memory(in);
 }
 
 void ApiServer::engine_loop() {
@@ -149,6 +178,15 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<HttpResponde
     res->send(200, "text/plain; version=0.0.4", metrics_.render(st.queued, st.lanes_busy, st.lanes));
     return;
   }
+  if (path == "/debug/census" && get) {
+    const auto st = engine_->stats();
+    const bool ok = st.pages_free + st.pages_kept + st.pages_used == st.pages_total && st.pages_used >= 0;
+    metrics_.count_request(path, 200);
+    send_json(res, 200, {{"pages_free", st.pages_free}, {"pages_kept", st.pages_kept}, {"pages_used", st.pages_used},
+                         {"pages_total", st.pages_total}, {"lanes_busy", st.lanes_busy}, {"queued", st.queued},
+                         {"ok", ok}});
+    return;
+  }
   if (path == "/memory" && get) {
     metrics_.count_request(path, 200);
     res->send(200, "application/json", memory_json());
@@ -192,17 +230,26 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<HttpResponde
 std::string ApiServer::memory_json() const {
   const auto mem = process_memory();
   const auto st = engine_->stats();
-  const uint64_t backend_bytes = backend_->device_bytes_in_use();
+  const uint64_t page_bytes = engine_->page_bytes();
   ojson j = {
+      {"limit_bytes", plan_.limit},
       {"process", {{"rss_bytes", mem.rss_bytes}, {"peak_rss_bytes", mem.peak_rss_bytes}}},
+      {"device", {{"backend", backend_->name()}, {"bytes_in_use", backend_->device_bytes_in_use()}}},
       {"model", {{"weights_bytes", model_->weight_bytes()}}},
-      {"kv_pool", {{"pages_total", st.pages_total}, {"pages_free", st.pages_free}, {"pages_used", st.pages_used},
-                   {"pages_kept", 0}, {"page_size", st.page_size}, {"bytes", st.kv_bytes}}},
-      {"lanes", {{"count", st.lanes}, {"busy", st.lanes_busy},
-                 {"scratch_bytes", backend_bytes > st.kv_bytes ? backend_bytes - st.kv_bytes : 0},
+      {"kv_pool", {{"pages_total", st.pages_total}, {"pages_free", st.pages_free}, {"pages_kept", st.pages_kept},
+                   {"pages_used", st.pages_used}, {"page_size", st.page_size}, {"page_bytes", page_bytes},
+                   {"bytes", st.kv_bytes}, {"lane_pages", st.lane_pages}}},
+      {"lanes", {{"count", st.lanes}, {"busy", st.lanes_busy}, {"first_use_bytes", plan_.per_lane_bytes},
                  {"scratch_rows", st.scratch_rows}}},
-      {"prompt_cache", {{"budget_bytes", 0}, {"bytes", 0}, {"entries", 0}, {"hits", 0}, {"evictions", 0}}},
-      {"census_ok", st.pages_free + st.pages_used == st.pages_total}};
+      {"plan", {{"footprint_bytes", plan_.footprint}, {"lanes_bytes", plan_.lanes_bytes},
+                {"budget_bytes", plan_.budget_bytes}, {"cache_bytes", plan_.cache_bytes},
+                {"cache_pages", plan_.cache_pages}}},
+      {"prompt_cache", {{"entries", st.cache.entries}, {"bytes", st.pages_kept * page_bytes},
+                        {"device_pages", st.cache.device_pages}, {"host_entries", st.cache.host_entries},
+                        {"host_bytes", st.cache.host_bytes}, {"hits", st.cache.hits}, {"hit_tokens", st.cache.hit_tokens},
+                        {"lookups", st.cache.lookups}, {"evictions", st.cache.evictions},
+                        {"host_evictions", st.cache.host_evictions}, {"restores", st.cache.restores}}},
+      {"census_ok", st.pages_free + st.pages_kept + st.pages_used == st.pages_total && st.pages_used >= 0}};
   return j.dump();
 }
 
@@ -283,6 +330,7 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
     g.max_tokens = s.max_tokens >= 0 ? s.max_tokens : (chat ? room : std::min(16, room));
     g.stop_ids = stops;
     g.logprobs = s.logprobs;
+    g.cache_salt = s.cache_salt;
     Engine* eng = engine_.get();
     std::weak_ptr<ApiJob> weak = job;
     // The engine holds each choice's callback until that choice finishes: it keeps the job alive.

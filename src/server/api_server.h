@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "engine/cache_fit.h"
 #include "engine/engine.h"
 #include "formats/model_files.h"
 #include "models/model.h"
@@ -31,6 +32,10 @@ struct ServeOptions {
   int http_threads = 2;
   int max_queue = 256;
   int chunk = 256;
+  double memory_fraction = 0.9;     // of device memory, on a GPU
+  double prompt_cache_gib = -1;     // -1: what the planner leaves
+  bool prompt_cache_over_cap = false;
+  double host_cache_gib = 0;        // second tier in host memory
   HttpServerOptions http;
 };
 
@@ -53,6 +58,7 @@ class ApiServer {
   void route(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
   void completions(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat);
   std::string memory_json() const;
+  MemoryPlan plan(EngineOptions& eo);
   void engine_loop();
 
   ServeOptions opt_;
@@ -65,6 +71,7 @@ class ApiServer {
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<ChatTemplate> template_;
   std::unique_ptr<Engine> engine_;
+  MemoryPlan plan_;
   std::thread engine_thread_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

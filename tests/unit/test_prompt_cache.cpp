@@ -54,6 +54,7 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t vocab) {
 }
 
 void expect_census(const Engine& e, const std::string& what) {
+  EXPECT_TRUE(e.audit()) << what;
   Census c = e.census();
   EXPECT_TRUE(c.ok()) << what << ": free " << c.free << " kept " << c.kept << " used " << c.used << " total " << c.total;
   EXPECT_EQ(c.used, 0) << what;

@@ -1,0 +1,314 @@
+// Memory, weights, KV storage and the factory of the CUDA backend.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_factory.h"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+
+namespace {
+
+constexpr int64_t kMaxElems = int64_t{1} << 40;
+
+void* device_zeroed(uint64_t bytes, const char* what) {
+  void* p = nullptr;
+  TF_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(bytes, 1)), what, ": allocating ", bytes, " bytes");
+  const cudaError_t e = cudaMemset(p, 0, std::max<uint64_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    fail(what, ": cudaMemset of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+  }
+  return p;
+}
+
+// The stored element type's own name, for messages (no link to the cpu backend's table).
+const char* type_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::Q8_0: return "Q8_0";
+    default: return "non-float";
+  }
+}
+
+float half_bits_to_f32(uint16_t h) {
+  __half_raw r;
+  r.x = h;
+  return __half2float(__half(r));
+}
+
+}  // namespace
+
+void check_tensor(const Tensor& t, const char* op, const char* what) {
+  TF_CHECK(t.rows >= 0 && t.cols >= 0 && t.rows <= kMaxElems && t.cols <= kMaxElems, op, ": ",
+           what, " has bad shape [", t.rows, " x ", t.cols, "]");
+  TF_CHECK(t.rows * t.cols == 0 || t.data != nullptr, op, ": ", what, " [", t.rows, " x ", t.cols,
+           "] has no data");
+}
+
+void check_launch(const char* op) {
+  const cudaError_t e = cudaGetLastError();
+  TF_CHECK(e == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(e));
+}
+
+const CudaWeight& as_cuda(const Weight& w, const char* op) {
+  auto* cw = dynamic_cast<const CudaWeight*>(&w);
+  TF_CHECK(cw != nullptr, op, ": weight ", w.name, " was not loaded by the cuda backend");
+  return *cw;
+}
+
+const CudaKv& as_cuda_kv(const KvStorage& kv, const char* op) {
+  auto* c = dynamic_cast<const CudaKv*>(&kv);
+  TF_CHECK(c != nullptr, op, ": KV storage was not made by the cuda backend");
+  return *c;
+}
+
+CudaWeight::~CudaWeight() {
+  cudaFree(data);
+  cudaFree(scales);
+  cudaFree(f32);
+  counter_->fetch_sub(bytes);
+}
+
+CudaKv::CudaKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_dim_,
+               ByteCounter counter)
+    : counter_(std::move(counter)) {
+  TF_CHECK(layers_ > 0 && pages_ > 0 && page_size_ > 0 && kv_heads_ > 0 && head_dim_ > 0,
+           "alloc_kv: bad shape layers=", layers_, " pages=", pages_, " page_size=", page_size_,
+           " kv_heads=", kv_heads_, " head_dim=", head_dim_);
+  layers = layers_, pages = pages_, page_size = page_size_, kv_heads = kv_heads_,
+  head_dim = head_dim_;
+  elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
+  TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxElems), "alloc_kv: ", elems_,
+           " elements is too many");
+  k_ = static_cast<float*>(device_zeroed(elems_ * sizeof(float), "alloc_kv"));
+  try {
+    v_ = static_cast<float*>(device_zeroed(elems_ * sizeof(float), "alloc_kv"));
+  } catch (...) {
+    cudaFree(k_);
+    throw;
+  }
+  counter_->fetch_add(bytes());
+}
+
+CudaKv::~CudaKv() {
+  cudaFree(k_);
+  cudaFree(v_);
+  counter_->fetch_sub(bytes());
+}
+
+CudaBackend::CudaBackend(int device)
+    : device_(device), counter_(std::make_shared<std::atomic<uint64_t>>(0)) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  TF_CHECK(e == cudaSuccess, "cuda backend: no usable CUDA driver or device (",
+           cudaGetErrorString(e), ")");
+  TF_CHECK(device >= 0 && device < n, "cuda backend: device ", device, " asked for; ", n,
+           " present");
+  TF_CUDA_CHECK(cudaSetDevice(device), "cuda backend: device ", device);
+  cudaDeviceProp prop{};
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "cuda backend: device ", device);
+  TF_CHECK(prop.major >= 8, "cuda backend: device ", device, " (", prop.name, ") has compute ",
+           prop.major, ".", prop.minor, "; bf16 tensor cores need 8.0 or newer");
+  name_ = cat("cuda-", prop.name);
+}
+
+CudaBackend::~CudaBackend() {
+  for (auto& [p, bytes] : blocks_) cudaFree(p);
+  cudaFree(scratch_);
+}
+
+Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
+  TF_CHECK(rows >= 0 && cols >= 0 && rows <= kMaxElems && cols <= kMaxElems &&
+               (cols == 0 || rows <= kMaxElems / cols),
+           "alloc: bad shape [", rows, " x ", cols, "]");
+  if (rows * cols == 0) return Tensor{nullptr, rows, cols};
+  const uint64_t bytes = static_cast<uint64_t>(rows * cols) * sizeof(float);
+  float* p = static_cast<float*>(device_zeroed(bytes, "alloc"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[p] = bytes;
+  }
+  counter_->fetch_add(bytes);
+  return Tensor{p, rows, cols};
+}
+
+void CudaBackend::free(Tensor& t) {
+  if (t.data == nullptr) return;
+  uint64_t bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(t.data);
+    TF_CHECK(it != blocks_.end(), "free: tensor [", t.rows, " x ", t.cols,
+             "] was not allocated by this backend (or is a slice)");
+    bytes = it->second;
+    blocks_.erase(it);
+  }
+  cudaFree(t.data);
+  counter_->fetch_sub(bytes);
+  t = Tensor{};
+}
+
+void CudaBackend::to_host(const Tensor& src, float* dst) {
+  check_tensor(src, "to_host", "src");
+  if (src.rows * src.cols == 0) return;
+  TF_CHECK(dst != nullptr, "to_host: null destination");
+  TF_CUDA_CHECK(cudaMemcpy(dst, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float),
+                           cudaMemcpyDeviceToHost),
+                "to_host [", src.rows, " x ", src.cols, "]");
+}
+
+void CudaBackend::from_host(const float* src, Tensor dst) {
+  check_tensor(dst, "from_host", "dst");
+  if (dst.rows * dst.cols == 0) return;
+  TF_CHECK(src != nullptr, "from_host: null source");
+  upload_bytes(dst.data, src, static_cast<uint64_t>(dst.rows * dst.cols) * sizeof(float));
+}
+
+void CudaBackend::upload_bytes(void* dst, const void* src, uint64_t n) {
+  if (n == 0) return;
+  TF_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "upload of ", n, " bytes");
+}
+
+uint8_t* CudaBackend::scratch(uint64_t n) {
+  if (n <= scratch_bytes_) return scratch_;
+  const uint64_t want = std::max<uint64_t>(n, std::max<uint64_t>(scratch_bytes_ * 2, 1 << 16));
+  uint8_t* p = static_cast<uint8_t*>(device_zeroed(want, "scratch"));
+  if (scratch_) {
+    cudaFree(scratch_);
+    counter_->fetch_sub(scratch_bytes_);
+  }
+  scratch_ = p;
+  scratch_bytes_ = want;
+  counter_->fetch_add(want);
+  return scratch_;
+}
+
+std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
+  const DType t = view.dtype;
+  TF_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0,
+           "load_weight: tensor ", view.name, " has dtype ", type_name(t),
+           "; the cuda backend takes F32, F16, BF16 or Q8_0");
+  TF_CHECK(view.shape.size() == 1 || view.shape.size() == 2, "load_weight: tensor ", view.name,
+           " has ", view.shape.size(), " dims; expected 1 or 2");
+  for (int64_t d : view.shape)
+    TF_CHECK(d > 0 && d <= kMaxElems, "load_weight: tensor ", view.name, " has bad dim ", d);
+  const int64_t rows = view.shape.size() == 2 ? view.shape[0] : 1;
+  const int64_t cols = view.shape.back();
+  TF_CHECK(t != DType::Q8_0 || cols % kQ8Block == 0, "load_weight: tensor ", view.name, " has ",
+           cols, " columns, not a multiple of ", kQ8Block, " as Q8_0 needs");
+  const uint64_t rb = t == DType::F32 ? cols * 4ull
+                      : t == DType::Q8_0 ? cols / kQ8Block * kQ8BlockBytes
+                                         : cols * 2ull;
+  TF_CHECK(static_cast<uint64_t>(rows) <= UINT64_MAX / rb &&
+               static_cast<uint64_t>(rows) * rb == view.nbytes,
+           "load_weight: tensor ", view.name, " holds ", view.nbytes, " bytes; shape [", rows,
+           " x ", cols, "] of ", type_name(t), " needs ", static_cast<uint64_t>(rows) * rb);
+  TF_CHECK(view.data != nullptr, "load_weight: tensor ", view.name, " has no data");
+  auto w = std::make_unique<CudaWeight>(counter_);
+  w->dtype = t;
+  w->rows = rows;
+  w->cols = cols;
+  w->name = view.name;
+  const uint64_t n = static_cast<uint64_t>(rows) * cols;
+  std::vector<float> dec;  // host f32 values of a 1-row weight
+  if (t == DType::Q8_0) {
+    // Repack blocks into planar int8 values and f32 scales so tiles load 16-byte aligned.
+    std::vector<int8_t> q(n);
+    std::vector<float> sc(n / kQ8Block);
+    for (uint64_t b = 0; b < n / kQ8Block; ++b) {
+      const uint8_t* blk = view.data + b * kQ8BlockBytes;
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      sc[b] = half_bits_to_f32(h);
+      std::memcpy(q.data() + b * kQ8Block, blk + 2, kQ8Block);
+    }
+    w->data = device_zeroed(n, "load_weight");
+    w->bytes += n;
+    counter_->fetch_add(n);
+    w->scales = static_cast<float*>(device_zeroed(sc.size() * 4, "load_weight"));
+    w->bytes += sc.size() * 4;
+    counter_->fetch_add(sc.size() * 4);
+    upload_bytes(w->data, q.data(), n);
+    upload_bytes(w->scales, sc.data(), sc.size() * 4);
+    if (rows == 1)
+      for (uint64_t i = 0; i < n; ++i) dec.push_back(sc[i / kQ8Block] * static_cast<float>(q[i]));
+  } else {
+    w->data = device_zeroed(view.nbytes, "load_weight");
+    w->bytes += view.nbytes;
+    counter_->fetch_add(view.nbytes);
+    upload_bytes(w->data, view.data, view.nbytes);
+    if (rows == 1) {
+      dec.resize(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint16_t h = 0;
+        if (t == DType::F32) std::memcpy(&dec[i], view.data + i * 4, 4);
+        else std::memcpy(&h, view.data + i * 2, 2);
+        if (t == DType::BF16) dec[i] = bf16_to_f32(h);
+        if (t == DType::F16) dec[i] = half_bits_to_f32(h);
+      }
+    }
+  }
+  if (rows == 1) {
+    w->f32 = static_cast<float*>(device_zeroed(n * 4, "load_weight"));
+    w->bytes += n * 4;
+    counter_->fetch_add(n * 4);
+    upload_bytes(w->f32, dec.data(), n * 4);
+  }
+  return w;
+}
+
+// Host layout as the cpu backend: per layer, the page's K rows then its V rows.
+void CudaBackend::kv_page_to_host(const KvStorage& kvs, int page, float* dst) {
+  const CudaKv& kv = as_cuda_kv(kvs, "kv_page_to_host");
+  TF_CHECK(page >= 0 && page < kv.pages && dst != nullptr, "kv_page_to_host: bad page ", page,
+           " of ", kv.pages, " or null destination");
+  const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
+  for (int l = 0; l < kv.layers; ++l) {
+    TF_CUDA_CHECK(cudaMemcpy(dst, kv.k_layer(l) + n * page, n * 4, cudaMemcpyDeviceToHost),
+                  "kv_page_to_host layer ", l);
+    TF_CUDA_CHECK(cudaMemcpy(dst + n, kv.v_layer(l) + n * page, n * 4, cudaMemcpyDeviceToHost),
+                  "kv_page_to_host layer ", l);
+    dst += 2 * n;
+  }
+}
+
+void CudaBackend::kv_page_from_host(KvStorage& kvs, int page, const float* src) {
+  const CudaKv& kv = as_cuda_kv(kvs, "kv_page_from_host");
+  TF_CHECK(page >= 0 && page < kv.pages && src != nullptr, "kv_page_from_host: bad page ", page,
+           " of ", kv.pages, " or null source");
+  const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
+  for (int l = 0; l < kv.layers; ++l) {
+    upload_bytes(kv.k_layer(l) + n * page, src, n * 4);
+    upload_bytes(kv.v_layer(l) + n * page, src + n, n * 4);
+    src += 2 * n;
+  }
+}
+
+std::unique_ptr<KvStorage> CudaBackend::alloc_kv(int layers, int pages, int page_size,
+                                                 int kv_heads, int head_dim) {
+  return std::make_unique<CudaKv>(layers, pages, page_size, kv_heads, head_dim, counter_);
+}
+
+}  // namespace tf::cuda
+
+namespace tf {
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+int cuda_device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace tf

@@ -1,0 +1,107 @@
+#pragma once
+// The CUDA backend: device memory for tensors, weights and paged f32 KV; one stream, in order.
+// This header has no CUDA includes so plain C++ tests may use the classes.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/backend.h"
+
+namespace tf::cuda {
+
+using ByteCounter = std::shared_ptr<std::atomic<uint64_t>>;
+
+// A weight in device memory, kept in its stored type. Q8_0 is repacked on upload into
+// int8 values [rows x cols] plus one f32 scale per block of 32 ([rows x cols / 32]).
+class CudaWeight : public Weight {
+ public:
+  CudaWeight(ByteCounter counter) : counter_(std::move(counter)) {}
+  ~CudaWeight() override;
+  void* data = nullptr;      // F32/F16/BF16: rows x cols of that type; Q8_0: int8 values
+  float* scales = nullptr;   // Q8_0 only: f32 scale of each block of 32
+  float* f32 = nullptr;      // 1-row weights only: the values decoded to f32
+  uint64_t bytes = 0;
+
+ private:
+  ByteCounter counter_;
+};
+
+// Paged KV storage: per layer, K and V as [pages][page_size][kv_heads * head_dim] f32.
+class CudaKv : public KvStorage {
+ public:
+  CudaKv(int layers, int pages, int page_size, int kv_heads, int head_dim, ByteCounter counter);
+  ~CudaKv() override;
+  uint64_t bytes() const override { return 2 * elems_ * sizeof(float); }
+  uint64_t layer_elems() const { return elems_ / static_cast<uint64_t>(layers); }
+  float* k_layer(int layer) const { return k_ + layer_elems() * static_cast<uint64_t>(layer); }
+  float* v_layer(int layer) const { return v_ + layer_elems() * static_cast<uint64_t>(layer); }
+
+ private:
+  uint64_t elems_ = 0;
+  float* k_ = nullptr;
+  float* v_ = nullptr;
+  ByteCounter counter_;
+};
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return name_; }
+
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  void free(Tensor& t) override;
+  void to_host(const Tensor& src, float* dst) override;
+  void from_host(const float* src, Tensor dst) override;
+  std::unique_ptr<Weight> load_weight(const TensorView& view) override;
+  std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
+                                      int head_dim) override;
+  uint64_t device_bytes_in_use() const override { return counter_->load(); }
+  void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
+  void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
+
+  void embed(const Weight& table, const int32_t* ids, int n, Tensor out) override;
+  void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) override;
+  void rmsnorm(const Tensor& x, const Weight& g, float eps, bool add_one, Tensor y) override;
+  void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) override;
+  void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) override;
+  void add(Tensor y, const Tensor& x) override;
+  void scale(Tensor x, float s) override;
+  void kv_store(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                const RowLayout& rows) override;
+  void attention(const Tensor& q, Tensor out, const KvStorage& kv, int layer,
+                 const RowLayout& rows, const AttnParams& p) override;
+  void topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
+                    float* w_out) override;
+  void gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) override;
+  void scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows, const float* w,
+                          int n) override;
+
+  // Device scratch of at least n bytes for one op's metadata; the next op reuses it, which
+  // the single in-order stream makes safe.
+  uint8_t* scratch(uint64_t n);
+  // Synchronous host-to-device copy of n bytes (checked).
+  void upload_bytes(void* dst, const void* src, uint64_t n);
+
+ private:
+
+  int device_ = 0;
+  std::string name_;
+  ByteCounter counter_;
+  std::mutex mu_;
+  std::unordered_map<float*, uint64_t> blocks_;
+  uint8_t* scratch_ = nullptr;
+  uint64_t scratch_bytes_ = 0;
+};
+
+// Throws unless w is a weight this backend made; names the op.
+const CudaWeight& as_cuda(const Weight& w, const char* op);
+const CudaKv& as_cuda_kv(const KvStorage& kv, const char* op);
+// Checks a tensor view is well formed (non-negative sizes, data for non-empty).
+void check_tensor(const Tensor& t, const char* op, const char* what);
+// Throws tf::Error naming op when the last launch or an earlier async op failed.
+void check_launch(const char* op);
+
+}  // namespace tf::cuda

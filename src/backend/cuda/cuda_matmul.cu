@@ -1,0 +1,287 @@
+// Matmul y = x * w^T (+ bias). BF16, F16 and Q8_0 weights run on bf16 tensor cores
+// (mma.sync m16n8k16, f32 accumulate); F32 weights run an exact-f32 warp dot.
+//
+// Order rule: every output element (r, n) is one chain of m16n8k16 steps over k = 0, 16, 32,
+// ... in increasing order, starting from +0, on x[r] rounded to bf16 (nearest even) and w[n]
+// as bf16 (F16 weights rounded to bf16, Q8_0 int8 values exact). Q8_0 sums each block of 32
+// from zero in two steps, then acc = fma(scale, block_sum, acc). The bias is added last.
+// Tile shapes differ with the row count, but the chain per element never does, and K is
+// never split, so a row's bits do not depend on M. Rows past M are zero padding.
+#include <cstdint>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+
+namespace {
+
+enum WType { kBF16 = 0, kF16 = 1, kQ8 = 2 };
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// One block computes a BM x BN tile of y, walking K in tiles of BK (a multiple of 32).
+template <int BM, int BN, int BK, int WM, int WN, int WT>
+__global__ void __launch_bounds__(WM * WN * 32)
+    mma_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
+               const float* __restrict__ wscale, const float* __restrict__ bias,
+               float* __restrict__ y, int64_t N, bool vec_x, bool vec_w) {
+  constexpr int kThreads = WM * WN * 32, LDS = BK + 8;
+  constexpr int TM = BM / WM / 16, TN = BN / WN / 8;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* As = smem;                 // [BM][LDS] bf16 bits
+  uint16_t* Bs = smem + BM * LDS;      // [BN][LDS] bf16 bits
+  float* Ds = reinterpret_cast<float*>(Bs + BN * LDS);  // [BN][BK / 32] Q8 scales
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int wm = warp / WN, wn = warp % WN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  float acc[TM][TN][4];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  // Rows past M stay zero for the whole K loop, so only the rows < M are loaded per tile.
+  const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
+  for (int i = tid; i < BM * LDS; i += kThreads) As[i] = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += BK) {
+    // A tile: f32 rows of x rounded to bf16; k past K is zero.
+    if (vec_x) {
+      for (int i = tid; i < rv * BK / 4; i += kThreads) {
+        const int r = i / (BK / 4), c = (i % (BK / 4)) * 4;
+        const int64_t gr = m0 + r, gk = k0 + c;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (gr < M && gk < K) v = *reinterpret_cast<const float4*>(x + gr * K + gk);
+        uint16_t* d = As + r * LDS + c;
+        d[0] = bf16_bits(v.x), d[1] = bf16_bits(v.y), d[2] = bf16_bits(v.z), d[3] = bf16_bits(v.w);
+      }
+    } else {
+      for (int i = tid; i < rv * BK; i += kThreads) {
+        const int r = i / BK, c = i % BK;
+        const int64_t gr = m0 + r, gk = k0 + c;
+        As[r * LDS + c] = bf16_bits(gr < M && gk < K ? x[gr * K + gk] : 0.0f);
+      }
+    }
+    // B tile: weight rows n0.. as bf16 bits.
+    if (WT == kQ8) {
+      // All loads of the tile are issued before any is converted, to keep many in flight.
+      constexpr int NV = BN * BK / 16 / kThreads;
+      static_assert(NV * kThreads * 16 == BN * BK, "tile must split evenly over threads");
+      const int8_t* wq = static_cast<const int8_t*>(w);
+      int4 regs[NV];
+#pragma unroll
+      for (int u = 0; u < NV; ++u) {
+        const int i = tid + u * kThreads;
+        const int r = i / (BK / 16), c = (i % (BK / 16)) * 16;
+        const int64_t gn = n0 + r, gk = k0 + c;
+        regs[u] = make_int4(0, 0, 0, 0);
+        if (gn < N && gk < K) regs[u] = *reinterpret_cast<const int4*>(wq + gn * K + gk);
+      }
+#pragma unroll
+      for (int u = 0; u < NV; ++u) {
+        const int i = tid + u * kThreads;
+        const int r = i / (BK / 16), c = (i % (BK / 16)) * 16;
+        uint16_t* d = Bs + r * LDS + c;
+        const int words[4] = {regs[u].x, regs[u].y, regs[u].z, regs[u].w};
+#pragma unroll
+        for (int e = 0; e < 16; ++e)
+          d[e] = bf16_bits(static_cast<float>(static_cast<int8_t>(words[e / 4] >> (8 * (e % 4)))));
+      }
+      for (int i = tid; i < BN * (BK / 32); i += kThreads) {
+        const int r = i / (BK / 32), b = i % (BK / 32);
+        const int64_t gn = n0 + r, gk = k0 + b * 32;
+        Ds[i] = gn < N && gk < K ? wscale[gn * (K / 32) + gk / 32] : 0.0f;
+      }
+    } else {
+      const uint16_t* w16 = static_cast<const uint16_t*>(w);
+      if (vec_w) {
+        constexpr int NV = BN * BK / 8 / kThreads;
+        static_assert(NV * kThreads * 8 == BN * BK, "tile must split evenly over threads");
+        uint4 regs[NV];
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+          const int i = tid + u * kThreads;
+          const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
+          const int64_t gn = n0 + r, gk = k0 + c;
+          regs[u] = make_uint4(0, 0, 0, 0);
+          if (gn < N && gk < K) regs[u] = *reinterpret_cast<const uint4*>(w16 + gn * K + gk);
+        }
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+          const int i = tid + u * kThreads;
+          const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
+          uint4 v = regs[u];
+          if (WT == kF16) {
+            uint32_t* q = &v.x;
+            const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const uint32_t lo = bf16_bits(__half2float(__ushort_as_half(static_cast<uint16_t>(in[e] & 0xffffu))));
+              const uint32_t hi = bf16_bits(__half2float(__ushort_as_half(static_cast<uint16_t>(in[e] >> 16))));
+              q[e] = lo | (hi << 16);
+            }
+          }
+          *reinterpret_cast<uint4*>(Bs + r * LDS + c) = v;
+        }
+      } else {
+        for (int i = tid; i < BN * BK; i += kThreads) {
+          const int r = i / BK, c = i % BK;
+          const int64_t gn = n0 + r, gk = k0 + c;
+          uint16_t h = gn < N && gk < K ? w16[gn * K + gk] : 0;
+          if (WT == kF16) h = bf16_bits(__half2float(__ushort_as_half(h)));
+          Bs[r * LDS + c] = h;
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int kb = 0; kb < BK; kb += 32) {
+      float part[TM][TN][4];
+      if (WT == kQ8) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = kb; kk < kb + 32; kk += 16) {
+        uint32_t a[TM][4];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+          const uint16_t* p = As + (wm * TM * 16 + i * 16 + g) * LDS + kk + t4 * 2;
+          a[i][0] = *reinterpret_cast<const uint32_t*>(p);
+          a[i][1] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS);
+          a[i][2] = *reinterpret_cast<const uint32_t*>(p + 8);
+          a[i][3] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS + 8);
+        }
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const uint16_t* p = Bs + (wn * TN * 8 + j * 8 + g) * LDS + kk + t4 * 2;
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(p);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(p + 8);
+#pragma unroll
+          for (int i = 0; i < TM; ++i) mma_bf16(WT == kQ8 ? part[i][j] : acc[i][j], a[i], b0, b1);
+        }
+      }
+      if (WT == kQ8) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const int c = wn * TN * 8 + j * 8 + t4 * 2;
+          const float s0 = Ds[c * (BK / 32) + kb / 32], s1 = Ds[(c + 1) * (BK / 32) + kb / 32];
+#pragma unroll
+          for (int i = 0; i < TM; ++i) {
+            acc[i][j][0] = __fmaf_rn(s0, part[i][j][0], acc[i][j][0]);
+            acc[i][j][1] = __fmaf_rn(s1, part[i][j][1], acc[i][j][1]);
+            acc[i][j][2] = __fmaf_rn(s0, part[i][j][2], acc[i][j][2]);
+            acc[i][j][3] = __fmaf_rn(s1, part[i][j][3], acc[i][j][3]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
+        const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
+        if (r < M && c < N) y[r * N + c] = bias ? __fadd_rn(acc[i][j][e], bias[c]) : acc[i][j][e];
+      }
+}
+
+// F32 weights: one warp per output, lane j takes k = j (mod 32) in increasing k by fma, then
+// the fixed xor butterfly, then the bias.
+__global__ void f32_matmul(const float* __restrict__ x, int64_t M, int64_t K,
+                           const float* __restrict__ w, const float* __restrict__ bias,
+                           float* __restrict__ y, int64_t N) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t r = blockIdx.y;
+  if (n >= N) return;
+  const float* xr = x + r * K;
+  const float* wn = w + n * K;
+  float s = 0.0f;
+  for (int64_t k = lane; k < K; k += 32) s = __fmaf_rn(xr[k], wn[k], s);
+  s = warp_sum(s);
+  if (lane == 0) y[r * N + n] = bias ? __fadd_rn(s, bias[n]) : s;
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int WT>
+void launch_mma(const Tensor& x, const CudaWeight& w, const float* bias, Tensor y) {
+  constexpr int kSmem = (BM + BN) * (BK + 8) * 2 + BN * (BK / 32) * 4;
+  auto kern = mma_matmul<BM, BN, BK, WM, WN, WT>;
+  static bool raised = false;  // one attribute call per instantiation
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
+  const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
+                  static_cast<unsigned>((x.rows + BM - 1) / BM));
+  kern<<<grid, WM * WN * 32, kSmem>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
+                                      y.cols, vec_x, vec_w);
+}
+
+template <int WT>
+void launch_by_rows(const Tensor& x, const CudaWeight& w, const float* bias, Tensor y) {
+  // Few rows: narrow deep tiles so many blocks stream the weight; many rows: square tiles.
+  if (x.rows <= 16) launch_mma<16, 16, 512, 1, 2, WT>(x, w, bias, y);
+  else if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT>(x, w, bias, y);
+  else launch_mma<128, 128, 32, 2, 4, WT>(x, w, bias, y);
+}
+
+}  // namespace
+
+void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, Tensor y) {
+  const CudaWeight& w = as_cuda(wt, "matmul");
+  check_tensor(x, "matmul", "x");
+  check_tensor(y, "matmul", "y");
+  TF_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows, "matmul: x [", x.rows, " x ",
+           x.cols, "] times ", w.name, " [", w.rows, " x ", w.cols, "]^T into y [", y.rows, " x ",
+           y.cols, "]");
+  const float* b = nullptr;
+  if (bias) {
+    const CudaWeight& bw = as_cuda(*bias, "matmul");
+    TF_CHECK(bw.rows == 1 && bw.cols == w.rows, "matmul: bias ", bw.name, " [", bw.rows, " x ",
+             bw.cols, "] does not match ", w.name, " with ", w.rows, " outputs");
+    b = bw.f32;
+  }
+  if (x.rows == 0 || w.rows == 0) return;
+  TF_CHECK(x.rows <= 65535L * 16, "matmul: ", x.rows, " rows is more than one call takes");
+  switch (w.dtype) {
+    case DType::BF16: launch_by_rows<kBF16>(x, w, b, y); break;
+    case DType::F16: launch_by_rows<kF16>(x, w, b, y); break;
+    case DType::Q8_0: launch_by_rows<kQ8>(x, w, b, y); break;
+    default: {
+      const int warps = 8;
+      const dim3 grid(grid_for(w.rows, warps), static_cast<unsigned>(x.rows));
+      TF_CHECK(x.rows <= 65535, "matmul: ", x.rows, " rows is more than one f32 call takes");
+      f32_matmul<<<grid, warps * 32>>>(x.data, x.rows, x.cols, static_cast<const float*>(w.data),
+                                       b, y.data, y.cols);
+    }
+  }
+  check_launch("matmul");
+}
+
+}  // namespace tf::cuda

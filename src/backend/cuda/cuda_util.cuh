@@ -1,0 +1,86 @@
+#pragma once
+// Helpers shared by the CUDA backend's kernels and its tests.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/dtype.h"
+#include "base/error.h"
+
+#define TF_CUDA_CHECK(expr, ...)                                                        \
+  do {                                                                                  \
+    cudaError_t tf_err_ = (expr);                                                       \
+    if (tf_err_ != cudaSuccess)                                                         \
+      ::tf::fail(__VA_ARGS__, ": ", #expr, " failed: ", cudaGetErrorString(tf_err_));   \
+  } while (0)
+
+namespace tf::cuda {
+
+// Blocks of a 1-D launch covering n items, at least 1.
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b > 0 ? b : 1);
+}
+
+// Sum of a warp's values by a fixed xor butterfly; every lane gets the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Sum over a block of T threads (power of two) by a fixed halving tree in shared memory.
+template <int T>
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = T / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] = __fadd_rn(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+template <int T>
+__device__ __forceinline__ float block_max(float v, float* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = T / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+// Element i of a stored row as f32 (Q8_0 as repacked: int8 values and per-block scales).
+__device__ __forceinline__ float load_elem(int dt, const void* data, const float* scales,
+                                           int64_t i) {
+  switch (dt) {
+    case 0: return static_cast<const float*>(data)[i];
+    case 1: return __half2float(static_cast<const __half*>(data)[i]);
+    case 2: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
+    default:
+      return __fmul_rn(scales[i / 32], static_cast<float>(static_cast<const int8_t*>(data)[i]));
+  }
+}
+
+}  // namespace tf::cuda
+
+namespace tf::cuda {
+
+// The dtype code load_elem takes: 0 F32, 1 F16, 2 BF16, 3 Q8_0 (repacked).
+inline int dt_code(DType t) {
+  return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 3;
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,34 @@
+#pragma once
+// The memory planner: at startup, what is left for the prompt cache once the weights, the
+// fixed buffers and every lane's first prompt at the full context window are counted.
+#include <cstdint>
+#include <string>
+
+namespace tf {
+
+struct MemoryPlanInput {
+  uint64_t limit = 0;           // bytes the process may use
+  uint64_t footprint = 0;       // measured after weights and fixed buffers, all touched
+  uint64_t per_lane_bytes = 0;  // what one lane adds on its first prompt at the full window
+  int lanes = 1;
+  uint64_t page_bytes = 1;      // one KV page, every layer, K and V
+  int64_t requested_cache_bytes = -1;  // --prompt-cache-gib; -1 when not given
+  bool over_cap = false;               // --prompt-cache-over-cap
+  uint64_t host_cache_bytes = 0;       // host tier, counted against the same limit on the CPU
+};
+
+struct MemoryPlan {
+  uint64_t limit = 0, footprint = 0, per_lane_bytes = 0, lanes_bytes = 0;
+  uint64_t budget_bytes = 0;  // what remains for the prompt cache
+  uint64_t cache_bytes = 0;   // what the device tier of the cache gets
+  int cache_pages = 0;
+  std::string note;           // a line for the startup log
+};
+
+// Throws tf::Error naming the numbers when the lanes alone do not fit the limit, or when an
+// explicit cache size passes the budget without over_cap.
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace tf

@@ -1,0 +1,73 @@
+#pragma once
+// Kernel contract of the CUDA backend: gates that compare it with the cpu backend and check
+// batch invariance, written over op functors so planted faults can be run through them.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../unit/cpu_test_gates.h"
+#include "backend/backend.h"
+
+namespace tf::contract {
+
+using cputest::HostWeight;
+using cputest::make_weight;
+using cputest::random_floats;
+
+using MatmulFn = std::function<void(Backend&, const Tensor&, const Weight&, const Weight*, Tensor)>;
+using RmsFn = std::function<void(Backend&, const Tensor&, const Weight&, float, bool, Tensor)>;
+using RopeFn = std::function<void(Backend&, Tensor, int, const int32_t*, const RopeParams&)>;
+using ActFn = std::function<void(Backend&, Act, const Tensor&, const Tensor&, Tensor)>;
+using StoreFn = std::function<void(Backend&, KvStorage&, int, const Tensor&, const Tensor&, const RowLayout&)>;
+using AttnFn = std::function<void(Backend&, const Tensor&, Tensor, const KvStorage&, int,
+                                  const RowLayout&, const AttnParams&)>;
+using TopkFn = std::function<void(Backend&, const Tensor&, int, bool, int32_t*, float*)>;
+using ScatterFn = std::function<void(Backend&, Tensor, const Tensor&, const int32_t*, const float*, int)>;
+
+MatmulFn real_matmul();
+RmsFn real_rmsnorm();
+RopeFn real_rope();
+ActFn real_act();
+StoreFn real_store();
+AttnFn real_attention();
+TopkFn real_topk();
+ScatterFn real_scatter();
+
+// Each gate returns "" when the op passes, else the first failure. gpu is checked against cpu.
+std::string matmul_gate(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt, int64_t K,
+                        int64_t N, int64_t M, const std::vector<int64_t>& ms, bool bias,
+                        uint32_t seed);
+// matmul_gate with every m in 1..min(64, M).
+std::string matmul_gate_all(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt, int64_t K,
+                            int64_t N, int64_t M, bool bias, uint32_t seed);
+std::string rmsnorm_gate(const RmsFn& f, Backend& gpu, Backend& cpu, DType gdt, int64_t n,
+                         bool add_one, uint32_t seed);
+std::string rope_gate(const RopeFn& f, Backend& gpu, Backend& cpu, int n_heads, int head_dim,
+                      int rot_dim, bool neox, float mscale, uint32_t seed);
+std::string act_gate(const ActFn& f, Backend& gpu, Backend& cpu, Act act, uint32_t seed);
+std::string add_scale_gate(Backend& gpu, Backend& cpu, uint32_t seed);
+std::string embed_gate(Backend& gpu, Backend& cpu, uint32_t seed);
+std::string gather_scatter_gate(const ScatterFn& f, Backend& gpu, Backend& cpu, uint32_t seed);
+std::string topk_gate(const TopkFn& f, Backend& gpu, Backend& cpu, int64_t n, int k, bool norm,
+                      uint32_t seed);
+// kv_page_to_host / kv_page_from_host: same host layout and bits as the cpu backend.
+std::string kv_page_gate(Backend& gpu, Backend& cpu, uint32_t seed);
+std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Backend& cpu, int L,
+                           const AttnParams& p, int page_size, uint32_t seed);
+
+// Planted faults, compiled only into this test (contract_controls.cu).
+MatmulFn control_matmul_korder_by_m();
+MatmulFn control_matmul_drop_last_k();
+RmsFn control_rmsnorm_order_by_m();
+RopeFn control_rope_row_as_pos();
+ActFn control_act_gelu_erf();
+StoreFn control_store_ignores_pages();
+AttnFn control_attention_drop_last_key();
+AttnFn control_attention_order_by_rows();
+TopkFn control_topk_ties_high();
+ScatterFn control_scatter_reversed();
+
+// Timings for the report: copy bandwidth, big bf16 matmul, batch-1 matmuls.
+void run_bench(Backend& gpu);
+
+}  // namespace tf::contract
