@@ -10,9 +10,11 @@ int RoundPlan::rows() const {
   return n;
 }
 
-int chunk_end(int begin, int prompt_len, int grid) {
-  int next = (begin / grid + 1) * grid;
-  return std::min(next, prompt_len);
+int chunk_end(int begin, int prompt_len, int grid, const std::vector<int>& marks) {
+  int end = std::min((begin / grid + 1) * grid, prompt_len);
+  for (int m : marks)
+    if (m > begin && m < end) end = m;
+  return end;
 }
 
 RoundPlan plan_round(const std::vector<LaneStatus>& lanes, int max_rows, int grid) {
@@ -26,7 +28,7 @@ RoundPlan plan_round(const std::vector<LaneStatus>& lanes, int max_rows, int gri
   }
   for (const auto& l : lanes) {
     if (l.computed >= l.prompt_len) continue;
-    int end = chunk_end(l.computed, l.prompt_len, grid);
+    int end = chunk_end(l.computed, l.prompt_len, grid, l.marks);
     int n = end - l.computed;
     if (rows > 0 && rows + n > max_rows) continue;
     plan.items.push_back({l.lane, l.computed, end, false});

@@ -12,6 +12,7 @@ struct LaneStatus {
   int computed = 0;    // positions already in the KV cache
   int prompt_len = 0;
   int length = 0;      // tokens known (prompt + generated)
+  std::vector<int> marks;  // extra cut points (prompt-cache marks), any order
 };
 
 struct PlanItem {
@@ -26,8 +27,9 @@ struct RoundPlan {
   int rows() const;
 };
 
-// End of the prefill chunk that starts at `begin`: the next multiple of `grid`, or the prompt end.
-int chunk_end(int begin, int prompt_len, int grid);
+// End of the prefill chunk that starts at `begin`: the first of the next multiple of `grid`,
+// the first mark past `begin` (marks in any order) and the prompt end.
+int chunk_end(int begin, int prompt_len, int grid, const std::vector<int>& marks = {});
 
 // Decode rows for every lane whose prompt is done; then whole prefill chunks in lane order
 // while they fit max_rows (the first chunk always fits when no rows are planned yet).

@@ -15,6 +15,16 @@ TEST(Scheduler, ChunksEndOnTheGridOrThePromptEnd) {
   EXPECT_EQ(chunk_end(0, 5, 256), 5);
 }
 
+TEST(Scheduler, ChunksAlsoEndAtTheFirstMarkPastTheirStart) {
+  const std::vector<int> marks = {700, 90, 300, 90, 10};  // any order, duplicates allowed
+  std::vector<int> ends;
+  for (int pos = 0; pos < 800;) ends.push_back(pos = chunk_end(pos, 800, 256, marks));
+  EXPECT_EQ(ends, (std::vector<int>{10, 90, 256, 300, 512, 700, 768, 800}));
+  EXPECT_EQ(chunk_end(90, 800, 256, marks), 256);  // a mark at the start does not cut
+  EXPECT_EQ(chunk_end(0, 50, 256, {60, 40}), 40);
+  EXPECT_EQ(chunk_end(0, 50, 256, {60}), 50);
+}
+
 TEST(Scheduler, ChunkWidthsDoNotDependOnLoad) {
   // The same prompt's chunk seams alone and beside busy lanes.
   auto seams = [](int other_lanes) {
