@@ -92,6 +92,12 @@ class Backend {
   }
   virtual void kv_page_to_host(const KvStorage& kv, int page, float* dst) = 0;
   virtual void kv_page_from_host(KvStorage& kv, int page, const float* src) = 0;
+  // Copies one page's K and V in every layer (siblings that share a prompt's last partial page).
+  virtual void kv_page_copy(KvStorage& kv, int src, int dst) {
+    std::vector<float> buf(kv_page_floats(kv));
+    kv_page_to_host(kv, src, buf.data());
+    kv_page_from_host(kv, dst, buf.data());
+  }
 
   // out[i] = table[ids[i]]
   virtual void embed(const Weight& table, const int32_t* ids, int n, Tensor out) = 0;

@@ -67,6 +67,7 @@ int cmd_perplexity(int argc, char** argv) {
     GenerationRequest req;
     req.prompt.assign(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.begin() + static_cast<std::ptrdiff_t>(end));
     req.max_tokens = 0;
+    req.all_prompt_rows = true;
     const auto& prompt = req.prompt;
     std::vector<int32_t> targets(prompt.begin(), prompt.end());
     req.on_logits = [&, targets](int pos, const float* logits) {

@@ -29,6 +29,8 @@ struct Engine::Lane {
   int computed = 0;
   int generated = 0;
   int cached = 0;  // prompt tokens adopted from the prefix store
+  bool waiting = false;  // a sibling waiting for its leader's prompt
+  std::vector<std::pair<int, uint64_t>> followers;  // (lane, request) of siblings sharing this prompt
 };
 
 namespace {
@@ -89,20 +91,40 @@ Engine::~Engine() {
 }
 
 uint64_t Engine::submit(GenerationRequest req) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(req));
+  return submit_group(std::move(one)).front();
+}
+
+std::vector<uint64_t> Engine::submit_group(std::vector<GenerationRequest> reqs) {
   const int32_t V = model_.vocab_size();
-  TF_CHECK(!req.prompt.empty(), "the prompt is empty");
-  for (int32_t t : req.prompt) TF_CHECK(t >= 0 && t < V, "prompt token id ", t, " is outside the vocabulary (0..", V - 1, ")");
-  TF_CHECK(req.max_tokens >= 0, "max_tokens must not be negative");
-  const int64_t need = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
-  TF_CHECK(need <= opt_.context, "prompt of ", req.prompt.size(), " tokens plus max_tokens ", req.max_tokens,
-           " exceeds the context of ", opt_.context, " tokens");
+  TF_CHECK(!reqs.empty(), "an empty request group");
+  TF_CHECK(static_cast<int>(reqs.size()) <= opt_.lanes, "a group of ", reqs.size(), " siblings needs more than the ",
+           opt_.lanes, " lanes");
+  for (const auto& req : reqs) {
+    TF_CHECK(!req.prompt.empty(), "the prompt is empty");
+    TF_CHECK(req.prompt == reqs.front().prompt && req.cache_salt == reqs.front().cache_salt,
+             "siblings of a group share one prompt");
+    TF_CHECK(req.max_tokens >= 0, "max_tokens must not be negative");
+    const int64_t need = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+    TF_CHECK(need <= opt_.context, "prompt of ", req.prompt.size(), " tokens plus max_tokens ", req.max_tokens,
+             " exceeds the context of ", opt_.context, " tokens");
+  }
+  for (int32_t t : reqs.front().prompt)
+    TF_CHECK(t >= 0 && t < V, "prompt token id ", t, " is outside the vocabulary (0..", V - 1, ")");
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int>(queue_.size()) >= opt_.max_queue)
+  if (queued_ + static_cast<int>(reqs.size()) > opt_.max_queue)
     throw QueueFull(cat("the request queue is full (", opt_.max_queue, " waiting); retry later"));
-  uint64_t id = next_id_++;
-  queue_.push_back({id, std::move(req)});
+  Pending p;
+  for (auto& r : reqs) {
+    p.ids.push_back(next_id_++);
+    p.reqs.push_back(std::move(r));
+  }
+  queued_ += static_cast<int>(p.ids.size());
+  std::vector<uint64_t> ids = p.ids;
+  queue_.push_back(std::move(p));
   cv_.notify_all();
-  return id;
+  return ids;
 }
 
 void Engine::cancel(uint64_t id) {
@@ -119,12 +141,12 @@ void Engine::stop() {
 
 void Engine::wait_for_work() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return stopped_ || !queue_.empty() || !cancels_.empty() || busy_ > 0; });
+  cv_.wait(lock, [&] { return stopped_ || queued_ > 0 || !cancels_.empty() || busy_ > 0; });
 }
 
 int Engine::queue_room() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return opt_.max_queue - static_cast<int>(queue_.size());
+  return opt_.max_queue - queued_;
 }
 
 EngineStats Engine::stats() const {
@@ -135,7 +157,7 @@ EngineStats Engine::stats() const {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    s.queued = static_cast<int>(queue_.size());
+    s.queued = queued_;
   }
   s.lanes = opt_.lanes;
   s.lanes_busy = busy_;
@@ -171,6 +193,13 @@ uint64_t Engine::page_bytes() const {
 }
 
 void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
+  // Siblings still waiting for this prompt cannot go on without it.
+  auto followers = std::move(lane.followers);
+  lane.followers.clear();
+  for (const auto& [idx, id] : followers) {
+    Lane& f = *lanes_[static_cast<size_t>(idx)];
+    if (f.active && f.id == id && f.waiting) finish(f, reason == FinishReason::Error ? reason : FinishReason::Cancelled, error);
+  }
   TokenEvent ev;
   ev.request = lane.id;
   ev.finish = reason;
@@ -184,6 +213,7 @@ void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
     store_->insert(lane.req.cache_salt, lane.tokens, lane.pages, lane.computed / opt_.page_size);
   pages_.release(lane.pages);
   store_->trim();
+  lane.waiting = false;
   lane.active = false;
   lane.tokens.clear();
   lane.req = GenerationRequest{};
@@ -193,78 +223,120 @@ void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
 
 void Engine::apply_cancels() {
   std::vector<uint64_t> cancels;
-  std::deque<Pending> dropped;
+  std::vector<std::pair<uint64_t, GenerationRequest>> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancels.swap(cancels_);
-    for (uint64_t id : cancels) {
-      for (auto it = queue_.begin(); it != queue_.end(); ++it)
-        if (it->id == id) {
-          dropped.push_back(std::move(*it));
-          queue_.erase(it);
-          break;
-        }
-    }
+    for (uint64_t id : cancels)
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        auto pos = std::find(it->ids.begin(), it->ids.end(), id);
+        if (pos == it->ids.end()) continue;
+        const size_t k = static_cast<size_t>(pos - it->ids.begin());
+        dropped.emplace_back(id, std::move(it->reqs[k]));
+        it->ids.erase(pos);
+        it->reqs.erase(it->reqs.begin() + static_cast<std::ptrdiff_t>(k));
+        --queued_;
+        if (it->ids.empty()) queue_.erase(it);
+        break;
+      }
   }
-  for (auto& p : dropped) {
+  for (auto& [id, req] : dropped) {
     TokenEvent ev;
-    ev.request = p.id;
+    ev.request = id;
     ev.finish = FinishReason::Cancelled;
-    ev.prompt_tokens = static_cast<int>(p.req.prompt.size());
-    if (p.req.on_event) p.req.on_event(ev);
+    ev.prompt_tokens = static_cast<int>(req.prompt.size());
+    if (req.on_event) req.on_event(ev);
   }
   for (uint64_t id : cancels)
     for (auto& l : lanes_)
       if (l->active && l->id == id) finish(*l, FinishReason::Cancelled);
 }
 
-bool Engine::try_admit(Lane& l, Pending& p) {
+bool Engine::try_admit(const std::vector<Lane*>& lanes, Pending& p) {
   const int ps = opt_.page_size;
-  const int n_prompt = static_cast<int>(p.req.prompt.size());
-  const int64_t need_tokens = static_cast<int64_t>(n_prompt) + p.req.max_tokens;
-  const int total = static_cast<int>((need_tokens + ps - 1) / ps);
-  std::vector<int32_t> pages;
-  PageGuard guard(pages_, pages);
-  // Reuse ends on a chunk-grid mark before the last prompt token, which must be computed.
-  const int reuse_tokens = ((n_prompt - 1) / opt_.chunk) * opt_.chunk;
-  pages = store_->match(p.req.cache_salt, p.req.prompt, reuse_tokens / ps);
-  const int keep = static_cast<int>(pages.size()) * ps / opt_.chunk * opt_.chunk / ps;
-  while (static_cast<int>(pages.size()) > keep) {
-    pages_.unref(pages.back());
-    pages.pop_back();
+  const GenerationRequest& head = p.reqs.front();
+  const int n_prompt = static_cast<int>(head.prompt.size());
+  auto total_pages = [&](const GenerationRequest& r) {
+    return static_cast<int>((static_cast<int64_t>(n_prompt) + r.max_tokens + ps - 1) / ps);
+  };
+  std::vector<std::vector<int32_t>> pages(p.reqs.size());
+  std::vector<std::unique_ptr<PageGuard>> guards;
+  for (auto& v : pages) guards.push_back(std::make_unique<PageGuard>(pages_, v));
+  // Reuse ends on a chunk-grid mark before the last prompt token, which must be computed; a
+  // request that wants every prompt row's logits computes them all.
+  const int reuse_tokens = head.all_prompt_rows ? 0 : ((n_prompt - 1) / opt_.chunk) * opt_.chunk;
+  pages[0] = store_->match(head.cache_salt, head.prompt, reuse_tokens / ps);
+  const int keep = static_cast<int>(pages[0].size()) * ps / opt_.chunk * opt_.chunk / ps;
+  while (static_cast<int>(pages[0].size()) > keep) {
+    pages_.unref(pages[0].back());
+    pages[0].pop_back();
   }
-  const int fresh = total - keep;
+  // Siblings later share the leader's full prompt pages and take their own for the rest.
+  const int shared = n_prompt / ps;
+  int fresh = total_pages(head) - keep;
+  for (size_t k = 1; k < p.reqs.size(); ++k) fresh += total_pages(p.reqs[k]) - shared;
   if (pages_.free_count() < fresh) store_->evict_until_free(fresh);
-  if (!pages_.alloc(fresh, pages)) return false;  // waits for pages; the guard gives back the match
-  guard.commit();
-  l.pages = std::move(pages);
-  l.active = true;
-  l.id = p.id;
-  l.req = std::move(p.req);
-  l.tokens = l.req.prompt;
-  l.computed = keep * ps;
-  l.cached = keep * ps;
-  l.generated = 0;
-  ++busy_;
+  if (pages_.free_count() < fresh) return false;  // waits for pages; the guards give back the match
+  pages_.alloc(total_pages(head) - keep, pages[0]);
+  for (size_t k = 1; k < p.reqs.size(); ++k) pages_.alloc(total_pages(p.reqs[k]) - shared, pages[k]);
+  for (auto& g : guards) g->commit();
+  for (size_t k = 0; k < p.reqs.size(); ++k) {
+    Lane& l = *lanes[k];
+    l.pages = std::move(pages[k]);
+    l.active = true;
+    l.id = p.ids[k];
+    l.req = std::move(p.reqs[k]);
+    l.tokens = l.req.prompt;
+    l.computed = k == 0 ? keep * ps : 0;
+    l.cached = keep * ps;
+    l.generated = 0;
+    l.waiting = k > 0;
+    if (k > 0) lanes[0]->followers.emplace_back(l.index, l.id);
+    ++busy_;
+  }
   return true;
 }
 
+void Engine::spawn_followers(Lane& leader) {
+  const int ps = opt_.page_size;
+  const int n_prompt = static_cast<int>(leader.req.prompt.size());
+  const int shared = n_prompt / ps;
+  for (const auto& [idx, id] : leader.followers) {
+    Lane& f = *lanes_[static_cast<size_t>(idx)];
+    if (!f.active || f.id != id || !f.waiting) continue;
+    std::vector<int32_t> pages(leader.pages.begin(), leader.pages.begin() + shared);
+    for (int32_t pg : pages) pages_.ref(pg);
+    // The partly filled last prompt page is copied: each sibling writes its own tokens there.
+    if (n_prompt % ps) backend_.kv_page_copy(*kv_, leader.pages[static_cast<size_t>(shared)], f.pages.front());
+    pages.insert(pages.end(), f.pages.begin(), f.pages.end());
+    f.pages = std::move(pages);
+    f.computed = n_prompt;
+    f.waiting = false;
+  }
+}
+
 void Engine::admit() {
-  for (auto& l : lanes_) {
-    if (l->active) continue;
+  for (;;) {
+    std::vector<Lane*> free_lanes;
+    for (auto& l : lanes_)
+      if (!l->active) free_lanes.push_back(l.get());
     Pending p;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) return;
+      if (queue_.empty() || free_lanes.size() < queue_.front().ids.size()) return;  // FIFO: the head waits
       p = std::move(queue_.front());
       queue_.pop_front();
+      queued_ -= static_cast<int>(p.ids.size());
     }
-    if (!try_admit(*l, p)) {
+    free_lanes.resize(p.ids.size());
+    if (!try_admit(free_lanes, p)) {
       std::lock_guard<std::mutex> lock(mu_);
+      queued_ += static_cast<int>(p.ids.size());
       queue_.push_front(std::move(p));  // FIFO: the head waits for pages
       return;
     }
-    if (l->req.max_tokens == 0 && !l->req.on_logits) finish(*l, FinishReason::Length);
+    for (Lane* l : free_lanes)
+      if (l->active && !l->waiting && l->req.max_tokens == 0 && !l->req.on_logits) finish(*l, FinishReason::Length);
   }
 }
 
@@ -290,7 +362,7 @@ bool Engine::step_round() {
   admit();
   std::vector<LaneStatus> status;
   for (auto& l : lanes_)
-    if (l->active)
+    if (l->active && !l->waiting)
       status.push_back({l->index, l->computed, static_cast<int>(l->req.prompt.size()), static_cast<int>(l->tokens.size())});
   if (status.empty()) return false;
   RoundPlan plan = plan_round(status, max_rows_, opt_.chunk);
@@ -354,38 +426,57 @@ bool Engine::step_round() {
     }
     const int li = item_logit_index[i].back();
     const float* row = logits.data() + static_cast<size_t>(li) * V;
-    const uint64_t position = l.tokens.size();
-    int32_t tok = sampler_.sample(row, V, l.req.sampling, l.tokens, static_cast<size_t>(n_prompt), position);
-    TokenEvent ev;
-    ev.request = l.id;
-    ev.token = tok;
-    if (l.req.logprobs >= 0) {
-      ev.logprob = Sampler::logprob_of(row, V, tok);
-      if (l.req.logprobs > 0) ev.top = Sampler::top_logprobs(row, V, l.req.logprobs);
+    if (!it.decode && !l.followers.empty()) {
+      // Siblings take their first token from the same last prompt row, each with its own draw.
+      auto followers = l.followers;
+      spawn_followers(l);
+      l.followers.clear();
+      for (const auto& [idx, id] : followers) {
+        Lane& f = *lanes_[static_cast<size_t>(idx)];
+        if (f.active && f.id == id) sample_and_emit(f, row);
+      }
     }
-    ev.prompt_tokens = n_prompt;
-    ev.cached_tokens = l.cached;
-    const bool is_stop = std::find(l.req.stop_ids.begin(), l.req.stop_ids.end(), tok) != l.req.stop_ids.end();
-    if (is_stop) {
-      finish(l, FinishReason::Stop);
-      continue;
-    }
-    l.tokens.push_back(tok);
-    ++l.generated;
-    ++generated_tokens_;
-    ev.completion_tokens = l.generated;
-    if (l.req.on_event) l.req.on_event(ev);
-    if (l.generated >= l.req.max_tokens || static_cast<int>(l.tokens.size()) >= opt_.context)
-      finish(l, FinishReason::Length);
+    sample_and_emit(l, row);
   }
   return true;
+}
+
+void Engine::sample_and_emit(Lane& l, const float* row) {
+  const int32_t V = model_.vocab_size();
+  const int n_prompt = static_cast<int>(l.req.prompt.size());
+  if (l.req.max_tokens == 0) {
+    finish(l, FinishReason::Length);
+    return;
+  }
+  const uint64_t position = l.tokens.size();
+  int32_t tok = sampler_.sample(row, V, l.req.sampling, l.tokens, static_cast<size_t>(n_prompt), position);
+  TokenEvent ev;
+  ev.request = l.id;
+  ev.token = tok;
+  if (l.req.logprobs >= 0) {
+    ev.logprob = Sampler::logprob_of(row, V, tok);
+    if (l.req.logprobs > 0) ev.top = Sampler::top_logprobs(row, V, l.req.logprobs);
+  }
+  ev.prompt_tokens = n_prompt;
+  ev.cached_tokens = l.cached;
+  if (std::find(l.req.stop_ids.begin(), l.req.stop_ids.end(), tok) != l.req.stop_ids.end()) {
+    finish(l, FinishReason::Stop);
+    return;
+  }
+  l.tokens.push_back(tok);
+  ++l.generated;
+  ++generated_tokens_;
+  ev.completion_tokens = l.generated;
+  if (l.req.on_event) l.req.on_event(ev);
+  if (l.generated >= l.req.max_tokens || static_cast<int>(l.tokens.size()) >= opt_.context)
+    finish(l, FinishReason::Length);
 }
 
 void Engine::run_until_idle() {
   for (;;) {
     bool did = step();
     std::lock_guard<std::mutex> lock(mu_);
-    if (!did && queue_.empty() && busy_ == 0) return;
+    if (!did && queued_ == 0 && busy_ == 0) return;
   }
 }
 

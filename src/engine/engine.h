@@ -55,6 +55,8 @@ struct GenerationRequest {
   // Optional: logits of every row this request computes, prompt rows included (the row at
   // position p predicts token p + 1); engine thread.
   std::function<void(int pos, const float* logits)> on_logits;
+  // Every prompt row must be computed (no prompt-cache reuse): perplexity, echo with logprobs.
+  bool all_prompt_rows = false;
 };
 
 struct EngineOptions {
@@ -90,6 +92,9 @@ class Engine {
 
   // Queues a request; throws tf::Error when the queue is full or the request can never fit.
   uint64_t submit(GenerationRequest req);
+  // Siblings of one prompt (n > 1): one lane prefills it, the others share its pages and its last
+  // row's logits, each drawing with its own sampling settings.
+  std::vector<uint64_t> submit_group(std::vector<GenerationRequest> reqs);
   void cancel(uint64_t id);
   // Runs one round; false when there was nothing to do.
   bool step();
@@ -116,11 +121,13 @@ class Engine {
  private:
   struct Lane;
   struct Pending {
-    uint64_t id;
-    GenerationRequest req;
+    std::vector<uint64_t> ids;
+    std::vector<GenerationRequest> reqs;
   };
   void admit();
-  bool try_admit(Lane& lane, Pending& p);
+  bool try_admit(const std::vector<Lane*>& lanes, Pending& p);
+  void spawn_followers(Lane& leader);
+  void sample_and_emit(Lane& lane, const float* row);
   bool step_round();
   void publish();
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
@@ -141,6 +148,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
+  int queued_ = 0;  // requests in queue_ (groups count each sibling)
   std::vector<uint64_t> cancels_;
   uint64_t next_id_ = 1;
   std::atomic<bool> stopped_{false};

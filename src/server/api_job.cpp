@@ -90,8 +90,9 @@ void ApiJob::start_stream() {
 void ApiJob::on_logits(ChoiceState& c, int pos, const float* logits, int32_t vocab) {
   const auto& prompt = prompt_ids[static_cast<size_t>(c.prompt_index)];
   if (pos + 1 >= static_cast<int>(prompt.size())) return;
-  if (c.echo_logprobs.empty()) c.echo_logprobs.push_back(std::nullopt);
-  c.echo_logprobs.push_back(Sampler::logprob_of(logits, vocab, prompt[static_cast<size_t>(pos + 1)]));
+  // Entry i is the logprob of prompt token i; the first token has none.
+  if (c.echo_logprobs.size() < static_cast<size_t>(pos) + 2) c.echo_logprobs.resize(static_cast<size_t>(pos) + 2);
+  c.echo_logprobs[static_cast<size_t>(pos) + 1] = Sampler::logprob_of(logits, vocab, prompt[static_cast<size_t>(pos + 1)]);
 }
 
 bool ApiJob::append_text(ChoiceState& c, const std::string& piece) {
@@ -215,10 +216,14 @@ ojson ApiJob::choice_json(const ChoiceState& c) const {
       size_t off = 0;
       if (spec.echo) {
         const auto& p = prompt_ids[static_cast<size_t>(c.prompt_index)];
+        // Siblings that shared one prefill: the leader saw the prompt rows.
+        const ChoiceState* src = &c;
+        for (const auto& o : choices)
+          if (o->prompt_index == c.prompt_index && o->echo_logprobs.size() > src->echo_logprobs.size()) src = o.get();
         for (size_t i = 0; i < p.size(); ++i) {
           std::string b = tok_.token_bytes(p[i]);
           tokens.push_back(b);
-          lps.push_back(i < c.echo_logprobs.size() && c.echo_logprobs[i] ? ojson(*c.echo_logprobs[i]) : ojson(nullptr));
+          lps.push_back(i < src->echo_logprobs.size() && src->echo_logprobs[i] ? ojson(*src->echo_logprobs[i]) : ojson(nullptr));
           tops.push_back(nullptr);
           offs.push_back(off);
           off += b.size();

@@ -318,60 +318,70 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
     throw ApiError(429, cat("the request queue is full (", opt_.max_queue, " waiting); retry later"), {}, "rate_limit_exceeded");
   if (s.stream) job->start_stream();
   std::random_device rd;
-  for (auto& cp : job->choices) {
-    ChoiceState* c = cp.get();
-    const auto& ids = job->prompt_ids[static_cast<size_t>(c->prompt_index)];
-    GenerationRequest g;
-    g.prompt = ids;
-    g.sampling = s.sampling;
-    // Sibling choices draw from streams of their own; a given seed keeps them reproducible.
-    g.sampling.seed = s.seed_given ? s.sampling.seed + static_cast<uint64_t>(c->index) : (static_cast<uint64_t>(rd()) << 32 | rd());
-    const int room = ctx_len - static_cast<int>(ids.size());
-    g.max_tokens = s.max_tokens >= 0 ? s.max_tokens : (chat ? room : std::min(16, room));
-    g.stop_ids = stops;
-    g.logprobs = s.logprobs;
-    g.cache_salt = s.cache_salt;
-    Engine* eng = engine_.get();
-    std::weak_ptr<ApiJob> weak = job;
-    // The engine holds each choice's callback until that choice finishes: it keeps the job alive.
-    g.on_event = [job, c, eng](const TokenEvent& ev) { job->on_event(*c, ev, *eng); };
-    if (s.echo && s.logprobs >= 0 && !chat) {
-      const int32_t V = model_->vocab_size();
-      g.on_logits = [weak, c, V](int pos, const float* lg) {
-        if (auto j = weak.lock()) j->on_logits(*c, pos, lg, V);
-      };
+  auto reply_error = [&](int status, const std::string& msg, const char* type) {
+    job->cancel(*engine_);
+    metrics_.count_request(label, status);
+    const std::string body = ApiError(status, msg, {}, type).body();
+    if (s.stream) {
+      res->write(sse_event(body));
+      res->end();
+    } else {
+      res->send(status, "application/json", body);
+    }
+  };
+  Engine* eng = engine_.get();
+  std::weak_ptr<ApiJob> weak = job;
+  for (size_t p = 0; p < job->prompt_ids.size(); ++p) {
+    const auto& ids = job->prompt_ids[p];
+    std::vector<ChoiceState*> group;
+    std::vector<GenerationRequest> reqs;
+    for (auto& cp : job->choices) {
+      ChoiceState* c = cp.get();
+      if (c->prompt_index != static_cast<int>(p)) continue;
+      GenerationRequest g;
+      g.prompt = ids;
+      g.sampling = s.sampling;
+      // Sibling choices draw from streams of their own; a given seed keeps them reproducible.
+      g.sampling.seed = s.seed_given ? s.sampling.seed + static_cast<uint64_t>(c->index) : (static_cast<uint64_t>(rd()) << 32 | rd());
+      const int room = ctx_len - static_cast<int>(ids.size());
+      g.max_tokens = s.max_tokens >= 0 ? s.max_tokens : (chat ? room : std::min(16, room));
+      g.stop_ids = stops;
+      g.logprobs = s.logprobs;
+      g.cache_salt = s.cache_salt;
+      // The engine holds each choice's callback until that choice finishes: it keeps the job alive.
+      g.on_event = [job, c, eng](const TokenEvent& ev) { job->on_event(*c, ev, *eng); };
+      if (s.echo && s.logprobs >= 0 && !chat) {
+        const int32_t V = model_->vocab_size();
+        g.on_logits = [weak, c, V](int pos, const float* lg) {
+          if (auto j = weak.lock()) j->on_logits(*c, pos, lg, V);
+        };
+        g.all_prompt_rows = true;
+      }
+      group.push_back(c);
+      reqs.push_back(std::move(g));
     }
     metrics_.prompt_tokens += ids.size();
     try {
-      c->engine_id = engine_->submit(std::move(g));
+      // n > 1: siblings share one prefill of the prompt when they fit the lanes together.
+      std::vector<uint64_t> eids;
+      if (static_cast<int>(reqs.size()) <= opt_.parallel) {
+        eids = engine_->submit_group(std::move(reqs));
+      } else {
+        for (auto& r : reqs) eids.push_back(engine_->submit(std::move(r)));
+      }
+      for (size_t k = 0; k < group.size(); ++k) group[k]->engine_id = eids[k];
     } catch (const QueueFull& e) {
       // Lost a race for the last queue slots after the check above.
-      job->cancel(*engine_);
-      metrics_.count_request(label, 429);
-      if (s.stream) {
-        res->write(sse_event(ApiError(429, e.what(), {}, "rate_limit_exceeded").body()));
-        res->end();
-      } else {
-        res->send(429, "application/json", ApiError(429, e.what(), {}, "rate_limit_exceeded").body());
-      }
+      reply_error(429, e.what(), "rate_limit_exceeded");
       return;
     } catch (const Error& e) {
       // The checks above should have caught it; the request still gets a client error, not a 500.
-      job->cancel(*engine_);
-      metrics_.count_request(label, 400);
-      if (s.stream) {
-        res->write(sse_event(ApiError(400, e.what()).body()));
-        res->end();
-      } else {
-        res->send(400, "application/json", ApiError(400, e.what()).body());
-      }
+      reply_error(400, e.what(), "invalid_request_error");
       return;
     }
   }
   metrics_.count_request(label, 200);
   // A client that leaves (or a server shutdown) cancels the job's engine requests.
-  std::weak_ptr<ApiJob> weak = job;
-  Engine* eng = engine_.get();
   res->on_close([weak, eng] {
     if (auto j = weak.lock()) j->cancel(*eng);
   });

@@ -220,3 +220,53 @@ TEST(PromptCache, FailedRoundReturnsItsPages) {
 }
 
 }  // namespace tf
+
+namespace tf {
+
+TEST(SiblingGroup, SharedPrefillEqualsSoloRequests) {
+  auto m = test::load_fixture(test::golden_dir("qwen3"), 2);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(21);
+  for (int len : {16, 37}) {  // a full last page and a partial one
+    std::vector<int32_t> prompt = random_tokens(rng, len, V);
+    EngineOptions opt;
+    opt.lanes = 4;
+    opt.context = 64;
+    opt.chunk = 16;
+    Engine e(*m->model, *m->backend, opt);
+    std::vector<GenerationRequest> group;
+    std::vector<test::Trace> got(3);
+    for (int k = 0; k < 3; ++k) {
+      GenerationRequest r;
+      r.prompt = prompt;
+      r.max_tokens = 10;
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = 500 + static_cast<uint64_t>(k);
+      test::Trace* t = &got[static_cast<size_t>(k)];
+      r.on_event = [t](const TokenEvent& ev) {
+        if (ev.token >= 0) t->tokens.push_back(ev.token);
+      };
+      group.push_back(std::move(r));
+    }
+    e.submit_group(std::move(group));
+    e.run_until_idle();
+    expect_census(e, "after a group");
+    EXPECT_EQ(e.stats().prompt_tokens, static_cast<uint64_t>(len)) << "the prompt is prefilled once";
+    int distinct = 0;
+    for (int k = 0; k < 3; ++k) {
+      test::Job j;
+      j.prompt = prompt;
+      j.max_tokens = 10;
+      j.sampling.temperature = 1.0f;
+      j.sampling.seed = 500 + static_cast<uint64_t>(k);
+      EngineOptions solo = opt;
+      solo.lanes = 1;
+      auto ref = test::run_jobs(*m->model, *m->backend, solo, {j})[0];
+      EXPECT_EQ(got[static_cast<size_t>(k)].tokens, ref.tokens) << "sibling " << k << " prompt " << len;
+      distinct += k > 0 && got[static_cast<size_t>(k)].tokens != got[0].tokens;
+    }
+    EXPECT_GT(distinct, 0);
+  }
+}
+
+}  // namespace tf
