@@ -74,8 +74,8 @@ def llamacpp_worker(a):
     print(json.dumps(out), flush=True)
 
 
-def run_json(cmd, what):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+def run_json(cmd, what, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit(f"bench_cpu_vs_llamacpp: {what} failed (rc={p.returncode}): {' '.join(cmd)}\n"
                  f"{p.stderr[-2000:]}")
@@ -102,7 +102,14 @@ def worker_cmd(a, mode, seed=0, ids=None):
 
 
 def measure_llamacpp(a, rep):
-    return run_json(worker_cmd(a, "measure", seed=1000 + rep), "llama.cpp worker")
+    return run_json(worker_cmd(a, "measure", seed=1000 + rep), "llama.cpp worker", llamacpp_env(a))
+
+
+def llamacpp_env(a):
+    # llama.cpp's OpenMP threads spin at barriers; on a shared, oversubscribed machine that stalls it.
+    if not a.omp_wait_policy:
+        return None
+    return dict(os.environ, OMP_WAIT_POLICY=a.omp_wait_policy)
 
 
 def agreement(a):
@@ -115,7 +122,7 @@ def agreement(a):
     if p.returncode != 0:
         return {"error": f"tensorfold run rc={p.returncode}: {p.stderr[-500:]}"}
     tf = [int(t) for t in p.stdout.strip().splitlines()[-1].split(",") if t.strip()]
-    lc = run_json(worker_cmd(a, "agree", ids=ids), "llama.cpp agreement worker")["tokens"]
+    lc = run_json(worker_cmd(a, "agree", ids=ids), "llama.cpp agreement worker", llamacpp_env(a))["tokens"]
     n = min(len(tf), len(lc))
     prefix = next((i for i in range(n) if tf[i] != lc[i]), n)
     return {"prompt_ids": ids, "tensorfold": tf, "llamacpp": lc, "same_prefix": prefix,
@@ -177,6 +184,8 @@ def main():
     p.add_argument("--wait-load", type=float, help="before each measurement wait for the 1-minute load "
                    "average to fall below this (default: no wait)")
     p.add_argument("--wait-max", type=float, default=120, help="longest wait per measurement, s")
+    p.add_argument("--omp-wait-policy", choices=["active", "passive"],
+                   help="OMP_WAIT_POLICY for llama.cpp (default: unset, llama.cpp spins)")
     p.add_argument("--no-agree", action="store_true", help="skip the greedy-token agreement check")
     p.add_argument("--worker", choices=["measure", "agree"], help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -194,7 +203,8 @@ def main():
     info = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
             "nproc": os.cpu_count(), "load_before": os.getloadavg(), "model": os.path.abspath(a.model),
             "model_mib": round(os.path.getsize(a.model) / 2**20, 1), "threads": a.threads, "pp": a.pp,
-            "tg": a.tg, "reps": a.reps, "tensorfold": file_info(a.tensorfold), "llamacpp": llamacpp_info()}
+            "tg": a.tg, "reps": a.reps, "tensorfold": file_info(a.tensorfold), "llamacpp": llamacpp_info(),
+            "omp_wait_policy": a.omp_wait_policy}
     res = {"tensorfold": [], "llamacpp": []}
     engines = {"tensorfold": measure_tf, "llamacpp": measure_llamacpp}
     for rep in range(a.reps):
@@ -224,7 +234,8 @@ def main():
 
     name = os.path.basename(a.model)
     print(f"\n{name}, {a.threads} threads, pp {a.pp}, tg {a.tg}, {a.reps} reps (ABBA), "
-          f"load {info['load_before'][0]:.2f} -> {info['load_after'][0]:.2f}\n")
+          f"load {info['load_before'][0]:.2f} -> {info['load_after'][0]:.2f}"
+          + (f", llama.cpp OMP_WAIT_POLICY={a.omp_wait_policy}" if a.omp_wait_policy else "") + "\n")
     print("| engine | pp tok/s best | pp tok/s median | tg tok/s best | tg tok/s median |")
     print("|---|---:|---:|---:|---:|")
     for eng, label in (("tensorfold", "TensorFold"), ("llamacpp", f"llama.cpp ({info['llamacpp']['version']})")):

@@ -79,7 +79,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--batch", batches, "comma-separated concurrent request counts");
   app.add_option("--reps", reps, "repetitions (the best is reported)")->check(CLI::Range(1, 100));
   app.add_option("--chunk", chunk, "prefill chunk grid")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--threads", threads, "CPU threads (default: all cores)");
+  std::string device = "auto";
+  add_device_options(app, device, threads);
   app.add_flag("--json", json, "one JSON object per line");
   try {
     app.parse(argc, argv);
@@ -95,6 +96,7 @@ int cmd_bench(int argc, char** argv) {
   SessionOptions so;
   so.model = model;
   so.threads = threads;
+  so.device = device;
   so.need_tokenizer = false;
   so.engine.lanes = max_b;
   so.engine.context = pp + tg;
@@ -112,8 +114,8 @@ int cmd_bench(int argc, char** argv) {
       best.tg_tps = std::max(best.tg_tps, x.tg_tps);
     }
     if (json)
-      std::printf("{\"model\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, \"tg\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
-                  (model.empty() ? default_model_path() : model).c_str(), s->backend->threads(), b, pp, tg,
+      std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, \"tg\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+                  (model.empty() ? default_model_path() : model).c_str(), s->backend->name().c_str(), s->backend->threads(), b, pp, tg,
                   best.pp_tps, best.tg_tps);
     else
       std::printf("%-6d %8d %8d %12.2f %12.2f\n", b, pp, tg, best.pp_tps, best.tg_tps);

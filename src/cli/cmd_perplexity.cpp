@@ -33,7 +33,8 @@ int cmd_perplexity(int argc, char** argv) {
   app.add_option("--model", model, "model folder or .gguf file (default: the built-in model)");
   app.add_option("--file", file, "UTF-8 text file")->required();
   app.add_option("--window", window, "tokens per evaluation window (default: min(context, 1024))");
-  app.add_option("--threads", threads, "CPU threads (default: all cores)");
+  std::string device = "auto";
+  add_device_options(app, device, threads);
   app.add_flag("--json", json, "print one JSON object");
   try {
     app.parse(argc, argv);
@@ -49,6 +50,7 @@ int cmd_perplexity(int argc, char** argv) {
   SessionOptions so;
   so.model = model;
   so.threads = threads;
+  so.device = device;
   auto probe = open_model(model.empty() ? default_model_path() : model);
   const int64_t ctx = probe.config.value("max_position_embeddings", int64_t{2048});
   if (window <= 0) window = static_cast<int>(std::min<int64_t>(ctx, 1024));

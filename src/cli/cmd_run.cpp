@@ -28,7 +28,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--repetition-penalty", rep, "penalty over prompt and output tokens");
   app.add_option("--seed", seed, "sampling seed (default: random)");
   app.add_flag("--ids", ids_out, "print the generated token ids instead of text");
-  app.add_option("--threads", threads, "CPU threads (default: all cores)");
+  std::string device = "auto";
+  add_device_options(app, device, threads);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -39,6 +40,7 @@ int cmd_run(int argc, char** argv) {
   SessionOptions so;
   so.model = model;
   so.threads = threads;
+  so.device = device;
   so.need_tokenizer = !prompt.empty() || !ids_out;
   auto s = open_session(so);
   GenerationRequest req;

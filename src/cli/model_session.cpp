@@ -21,15 +21,20 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   auto s = std::make_unique<ModelSession>();
   const std::string path = opt.model.empty() ? default_model_path() : opt.model;
   s->files = open_model(path);
-  s->backend = make_cpu_backend(opt.threads > 0 ? opt.threads : default_thread_count());
+  s->backend = make_backend(opt.device, opt.threads > 0 ? opt.threads : default_thread_count());
   s->model = load_model(s->files, *s->backend);
   const bool has_tokenizer = !s->files.tokenizer_json.is_null() ||
                              (s->files.gguf && s->files.gguf->find_meta("tokenizer.ggml.model"));
   if (opt.need_tokenizer || has_tokenizer) s->tokenizer = load_tokenizer(s->files);
   s->engine = std::make_unique<Engine>(*s->model, *s->backend, opt.engine);
-  log_debug("model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
+  log_debug("backend ", s->backend->name(), "; model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
             s->model->weight_bytes() / (1 << 20), " MiB of weights");
   return s;
+}
+
+void add_device_options(CLI::App& app, std::string& device, int& threads) {
+  app.add_option("--device", device, "cpu, cuda, cuda:N or auto (cuda when a GPU is present)")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (default: all cores)");
 }
 
 SamplingParams sampling_defaults(const ModelFiles& files) {

@@ -3,6 +3,8 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "formats/model_files.h"
@@ -25,6 +27,7 @@ struct ModelSession {
 struct SessionOptions {
   std::string model;  // empty: the default model
   int threads = 0;    // 0: all cores
+  std::string device = "auto";  // cpu | cuda | cuda:N | auto (cuda when a GPU is present)
   EngineOptions engine;
   bool need_tokenizer = true;  // false: load it only where the model has one
 };
@@ -34,6 +37,9 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt);
 // Sampling defaults from generation_config.json (temperature, top_p, top_k, min_p,
 // repetition_penalty; greedy when do_sample is false).
 SamplingParams sampling_defaults(const ModelFiles& files);
+
+// Adds --device and --threads to a command.
+void add_device_options(CLI::App& app, std::string& device, int& threads);
 
 // "1,2,3" -> ids; errors name the bad entry.
 std::vector<int32_t> parse_id_list(const std::string& s);

@@ -57,7 +57,7 @@ void ApiServer::load() {
     std::filesystem::path p(opt_.model_path);
     opt_.model_name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
   }
-  backend_ = make_cpu_backend(opt_.threads > 0 ? opt_.threads : default_thread_count());
+  backend_ = make_backend(opt_.device, opt_.threads > 0 ? opt_.threads : default_thread_count());
   model_ = load_model(files_, *backend_);
   tok_ = load_tokenizer(files_);
   if (!tok_->chat_template.empty()) template_ = std::make_unique<ChatTemplate>(tok_->chat_template);
@@ -77,8 +77,8 @@ void ApiServer::load() {
   log_info("model ", opt_.model_name, " (", model_->family(), ", ", model_->n_layers(), " layers, vocab ",
            model_->vocab_size(), ") weights ", model_->weight_bytes() >> 20, " MiB");
   log_info("lanes ", eo.lanes, ", context ", engine_->context(), " tokens, KV pool ", st.pages_total, " pages of ",
-           st.page_size, " (", st.kv_bytes >> 20, " MiB), process RSS ", mem.rss_bytes >> 20, " MiB, threads ",
-           backend_->threads());
+           st.page_size, " (", st.kv_bytes >> 20, " MiB), process RSS ", mem.rss_bytes >> 20, " MiB, backend ",
+           backend_->name(), " (", backend_->threads(), " threads)");
   ready_ = true;
   log_info("ready on http://", opt_.host, ":", opt_.port);
 }
@@ -94,8 +94,11 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   const int ctx = eo.context > 0 ? eo.context : static_cast<int>(std::min<int64_t>(model_ctx, 1 << 30));
   model_->reserve(eo.lanes + std::min(eo.chunk, ctx));
   MemoryPlanInput in;
-  in.limit = static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes()));
-  in.footprint = process_memory().rss_bytes;
+  const uint64_t device_total = backend_->device_memory_total();
+  // On a GPU the plan covers device memory; on the CPU the process's RAM.
+  in.limit = device_total > 0 ? static_cast<uint64_t>(opt_.memory_fraction * static_cast<double>(device_total))
+                              : static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes()));
+  in.footprint = device_total > 0 ? backend_->device_bytes_in_use() : process_memory().rss_bytes;
   in.page_bytes = 2ull * static_cast<uint64_t>(model_->n_layers()) * eo.page_size * model_->n_kv_heads() *
                   model_->head_dim() * sizeof(float);
   const uint64_t pages_per_lane = (static_cast<uint64_t>(ctx) + eo.page_size - 1) / eo.page_size;

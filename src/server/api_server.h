@@ -29,6 +29,7 @@ struct ServeOptions {
   int context = 0;
   std::string api_key;
   int threads = 0;
+  std::string device = "auto";
   int http_threads = 2;
   int max_queue = 256;
   int chunk = 256;

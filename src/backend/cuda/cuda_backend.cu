@@ -311,4 +311,10 @@ int cuda_device_count() noexcept {
   return n;
 }
 
+uint64_t cuda::CudaBackend::device_memory_total() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return static_cast<uint64_t>(total_b);
+}
+
 }  // namespace tf

@@ -59,6 +59,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                       int head_dim) override;
   uint64_t device_bytes_in_use() const override { return counter_->load(); }
+  uint64_t device_memory_total() const override;
   void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
   void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
 
