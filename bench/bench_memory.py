@@ -107,7 +107,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-fill", type=int, default=12, help="at most this many prompts to fill the cache")
-    ap.add_argument("--noise-mib", type=float, default=4.0, help="allowed RSS beyond first_use_bytes*1.02 (MiB)")
+    ap.add_argument("--noise-mib", type=float, default=0.0, help="allowed RSS beyond first_use_bytes*1.02 (MiB)")
     ap.add_argument("--bin", default=None, help=f"tensorfold binary (default {DEFAULT_BIN})")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()

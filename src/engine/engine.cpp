@@ -336,7 +336,8 @@ void Engine::admit() {
       return;
     }
     for (Lane* l : free_lanes)
-      if (l->active && !l->waiting && l->req.max_tokens == 0 && !l->req.on_logits) finish(*l, FinishReason::Length);
+      if (l->active && !l->waiting && l->followers.empty() && l->req.max_tokens == 0 && !l->req.on_logits)
+        finish(*l, FinishReason::Length);
   }
 }
 
@@ -420,10 +421,6 @@ bool Engine::step_round() {
       }
     }
     if (l.computed < n_prompt) continue;
-    if (l.req.max_tokens == 0) {
-      finish(l, FinishReason::Length);
-      continue;
-    }
     const int li = item_logit_index[i].back();
     const float* row = logits.data() + static_cast<size_t>(li) * V;
     if (!it.decode && !l.followers.empty()) {

@@ -102,8 +102,11 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   in.page_bytes = 2ull * static_cast<uint64_t>(model_->n_layers()) * eo.page_size * model_->n_kv_heads() *
                   model_->head_dim() * sizeof(float);
   const uint64_t pages_per_lane = (static_cast<uint64_t>(ctx) + eo.page_size - 1) / eo.page_size;
-  // A lane's first prompt at the full window touches its pages and its sampler's vocabulary buffers.
-  in.per_lane_bytes = pages_per_lane * in.page_bytes + 4ull * sizeof(float) * static_cast<uint64_t>(model_->vocab_size());
+  // A lane's first prompt at the full window touches its KV pages, its sampler's vocabulary
+  // buffers, and request state (body, token lists, JSON: about 64 bytes a token) plus a MiB of
+  // allocator slack (bench/bench_memory.py measures the sum).
+  in.per_lane_bytes = pages_per_lane * in.page_bytes + 4ull * sizeof(float) * static_cast<uint64_t>(model_->vocab_size()) +
+                      64ull * static_cast<uint64_t>(ctx) + (1ull << 20);
   in.lanes = eo.lanes;
   in.requested_cache_bytes = opt_.prompt_cache_gib < 0 ? -1 : static_cast<int64_t>(opt_.prompt_cache_gib * static_cast<double>(1ull << 30));
   in.over_cap = opt_.prompt_cache_over_cap;
