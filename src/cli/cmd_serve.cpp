@@ -21,7 +21,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1/ routes");
   add_device_options(app, o.device, o.threads);
   app.add_option("--max-queue", o.max_queue, "requests waiting for a lane before 429")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens")->check(CLI::Range(16, 1 << 16))->capture_default_str();
+  app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens, a multiple of 16 (default: 128 on the CPU, 512 on a GPU)")
+      ->check(CLI::Range(16, 1 << 16));
   app.add_option("--memory-fraction", o.memory_fraction, "share of GPU memory the server may use")->check(CLI::Range(0.05, 1.0))->capture_default_str();
   app.add_option("--prompt-cache-gib", o.prompt_cache_gib, "prompt cache size (default: what the memory planner leaves)")->check(CLI::Range(0.0, 1e6));
   app.add_flag("--prompt-cache-over-cap", o.prompt_cache_over_cap, "allow --prompt-cache-gib above the planner's cap");

@@ -65,7 +65,9 @@ void ApiServer::load() {
   eo.lanes = opt_.parallel;
   eo.context = opt_.context;
   eo.max_queue = opt_.max_queue;
-  eo.chunk = opt_.chunk;
+  // Prompt-cache marks lie on this grid: finer reuses more of a shared prefix, coarser feeds a
+  // GPU's wide matmuls better.
+  eo.chunk = opt_.chunk > 0 ? opt_.chunk : (backend_->device_memory_total() > 0 ? 512 : 128);
   plan_ = plan(eo);
   log_info(plan_.note);
   eo.cache_pages = plan_.cache_pages;

@@ -32,7 +32,7 @@ struct ServeOptions {
   std::string device = "auto";
   int http_threads = 2;
   int max_queue = 256;
-  int chunk = 256;
+  int chunk = 0;  // prefill chunk grid; 0: 128 on the CPU, 512 on a GPU
   double memory_fraction = 0.9;     // of device memory, on a GPU
   double prompt_cache_gib = -1;     // -1: what the planner leaves
   bool prompt_cache_over_cap = false;

@@ -56,6 +56,10 @@ struct CpuKernels {
 const CpuKernels& portable_kernels();
 // Null when the binary or the CPU lacks AVX2 + FMA + F16C.
 const CpuKernels* avx2_kernels();
+// Null when the binary or the CPU lacks AVX2 or AVX-512 F/BW/VL/DQ/VNNI. Its dot products
+// keep 16 lane accumulators (k = j mod 16) instead of 8, and its Q8_0 dots take two blocks
+// per vector (lanes 0-7 even blocks, 8-15 odd), so its bits differ from the other tables.
+const CpuKernels* avx512_kernels();
 // The fastest table this CPU runs.
 const CpuKernels& best_kernels();
 
@@ -68,6 +72,7 @@ void matmul_q8_avx2(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, in
 // The AVX-VNNI variant of matmul_q8_avx2: the same bits; only for CPUs with AVX-VNNI.
 void matmul_q8_vnni(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, int64_t n1);
 // matmul_q8_avx2 without AVX-VNNI, whatever the CPU has (so tests can compare the two).
+void matmul_q8_avx512(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, int64_t n1);
 void matmul_q8_avx2_plain(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, int64_t n1);
 void quantize_q8_portable(const float* x, int64_t K, uint8_t* out);
 void quantize_q8_avx2(const float* x, int64_t K, uint8_t* out);

@@ -118,9 +118,11 @@ const CpuKernels& portable_kernels() {
 
 #ifndef TF_X86
 const CpuKernels* avx2_kernels() { return nullptr; }
+const CpuKernels* avx512_kernels() { return nullptr; }
 #endif
 
 const CpuKernels& best_kernels() {
+  if (const CpuKernels* k = avx512_kernels()) return *k;
   const CpuKernels* k = avx2_kernels();
   return k ? *k : portable_kernels();
 }
