@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "formats/model_files.h"
+#include "models/rope.h"
 
 namespace tf {
 
@@ -104,6 +106,28 @@ void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<
     b_.to_host(lg, logits.data() + done * static_cast<size_t>(V));
     done += static_cast<size_t>(n);
   }
+}
+
+std::unique_ptr<TransformerModel> build_decoder(const ModelFiles& files, const HfConfig& cfg, Backend& backend,
+                                                const DecoderSpec& spec) {
+  auto m = std::make_unique<TransformerModel>(cfg, backend, spec.family);
+  WeightLoader L(*files.weights, backend);
+  m->load_embeddings(L);
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    const std::string p = cat("model.layers.", i, ".");
+    DecoderLayer layer;
+    layer.input_norm = L.vector(p + "input_layernorm.weight", cfg.hidden_size);
+    layer.post_attn_norm = L.vector(p + "post_attention_layernorm.weight", cfg.hidden_size);
+    layer.attn = load_attention(L, p + "self_attn.", cfg, spec.qk_norm);
+    if (spec.sparse && spec.sparse(i))
+      layer.moe = std::make_unique<MoeBlock>(load_moe(L, p + "mlp.", cfg));
+    else
+      layer.mlp = std::make_unique<MlpBlock>(load_mlp(L, p + "mlp.", cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias));
+    m->layers.push_back(std::move(layer));
+  }
+  m->rope = make_rope_params(cfg, cfg.raw.value("tf_rope_interleaved", false));
+  m->set_weight_bytes(L.bytes());
+  return m;
 }
 
 }  // namespace tf

@@ -1,6 +1,7 @@
 #pragma once
 // A pre-norm decoder stack (embedding, layers of attention + MLP or MoE, final norm, head)
 // that the llama, qwen3 and qwen3_moe families fill with their weights.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,20 @@ struct DecoderLayer {
   std::unique_ptr<MlpBlock> mlp;
   std::unique_ptr<MoeBlock> moe;
 };
+
+struct ModelFiles;
+
+// Which blocks a family's layers use.
+struct DecoderSpec {
+  const char* family = "";
+  bool qk_norm = false;                    // per-head RMSNorm of queries and keys (Qwen3)
+  std::function<bool(int64_t)> sparse;     // layer uses a MoE block; null: all dense
+};
+
+class TransformerModel;
+// Loads the usual Hugging Face layout (model.layers.N.{input_layernorm, self_attn, mlp, ...}).
+std::unique_ptr<TransformerModel> build_decoder(const ModelFiles& files, const HfConfig& cfg, Backend& backend,
+                                                const DecoderSpec& spec);
 
 class TransformerModel : public Model {
  public:
