@@ -17,10 +17,11 @@
 
 namespace tf::cputest {
 
-// Kernel tables this machine runs (portable always, avx2 where the CPU has it).
+// Kernel tables this machine runs (portable always, avx2 and avx512 where the CPU has them).
 inline std::vector<const cpu::CpuKernels*> kernel_tables() {
   std::vector<const cpu::CpuKernels*> v{&cpu::portable_kernels()};
   if (cpu::avx2_kernels()) v.push_back(cpu::avx2_kernels());
+  if (cpu::avx512_kernels()) v.push_back(cpu::avx512_kernels());
   return v;
 }
 

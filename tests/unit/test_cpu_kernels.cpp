@@ -181,6 +181,42 @@ TEST(CpuKernels, Q8VnniMatchesPlainAvx2) {
   EXPECT_TRUE(same_bits(a.data(), b.data(), M * N));
 }
 
+// The AVX-512 Q8_0 tile on -128 weights and an odd block count: exact against float64, and
+// the same bits row by row (streamed) as in one 12-row call (unpacked panels).
+TEST(CpuKernels, Q8Avx512Minus128OddBlocks) {
+  const cpu::CpuKernels* k = cpu::avx512_kernels();
+  if (!k) GTEST_SKIP() << "no AVX-512 VNNI";
+  std::mt19937 rng(30);
+  const int64_t K = 7 * 32, N = 10, M = 12;
+  HostWeight hw = make_weight(DType::Q8_0, N, K, rng);
+  for (size_t i = 2; i < hw.bytes.size(); i += 5)
+    if ((i % kQ8BlockBytes) >= 2) hw.bytes[i] = 0x80;
+  auto xs = random_floats(rng, static_cast<size_t>(M * K));
+  const int64_t ldxq = K / 32 * cpu::kQ8ActBlockBytes;
+  std::vector<uint8_t> xq(static_cast<size_t>(M * ldxq));
+  for (int64_t r = 0; r < M; ++r) k->quantize_q8(xs.data() + r * K, K, xq.data() + r * ldxq);
+  std::vector<float> all(static_cast<size_t>(M * N)), one(all.size());
+  cpu::MatmulBlock blk{xs.data(), K, xq.data(), ldxq,
+                       cpu::WeightRows{hw.bytes.data(), DType::Q8_0, K, dtype_row_bytes(DType::Q8_0, K)},
+                       nullptr, all.data(), N};
+  k->matmul(blk, 0, M, 0, N);
+  blk.y = one.data();
+  for (int64_t r = 0; r < M; ++r) k->matmul(blk, r, r + 1, 0, N);
+  EXPECT_TRUE(same_bits(all.data(), one.data(), M * N));
+  std::vector<double> xd, step;
+  for (int64_t r = 0; r < M; ++r) {
+    quantize_like_kernel(xs.data() + r * K, K, xd, step);
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        ref += xd[static_cast<size_t>(i)] * hw.at(n, i);
+        mag += std::fabs(xd[static_cast<size_t>(i)] * hw.at(n, i));
+      }
+      EXPECT_NEAR(all[static_cast<size_t>(r * N + n)], ref, 1e-5 * mag) << r << " " << n;
+    }
+  }
+}
+
 TEST(CpuKernels, EmbedEveryDtype) {
   std::mt19937 rng(24);
   auto be = make_cpu_backend(2);
