@@ -364,7 +364,8 @@ bool Engine::step_round() {
   std::vector<LaneStatus> status;
   for (auto& l : lanes_)
     if (l->active && !l->waiting)
-      status.push_back({l->index, l->computed, static_cast<int>(l->req.prompt.size()), static_cast<int>(l->tokens.size())});
+      status.push_back({l->index, l->computed, static_cast<int>(l->req.prompt.size()),
+                        static_cast<int>(l->tokens.size()), {}});
   if (status.empty()) return false;
   RoundPlan plan = plan_round(status, max_rows_, opt_.chunk);
   if (plan.items.empty()) return false;

@@ -29,8 +29,8 @@ TEST(Scheduler, ChunkWidthsDoNotDependOnLoad) {
   // The same prompt's chunk seams alone and beside busy lanes.
   auto seams = [](int other_lanes) {
     std::vector<LaneStatus> lanes;
-    for (int i = 0; i < other_lanes; ++i) lanes.push_back({i + 1, 10, 5, 11});  // decoding
-    lanes.push_back({0, 0, 700, 700});
+    for (int i = 0; i < other_lanes; ++i) lanes.push_back({i + 1, 10, 5, 11, {}});  // decoding
+    lanes.push_back({0, 0, 700, 700, {}});
     std::vector<int> ends;
     while (lanes.back().computed < 700) {
       RoundPlan plan = plan_round(lanes, other_lanes + 256, 256);
@@ -49,7 +49,7 @@ TEST(Scheduler, ChunkWidthsDoNotDependOnLoad) {
 }
 
 TEST(Scheduler, DecodeRowsFirstAndWholeChunksOnly) {
-  std::vector<LaneStatus> lanes = {{0, 0, 300, 300}, {1, 0, 300, 300}, {2, 20, 10, 21}};
+  std::vector<LaneStatus> lanes = {{0, 0, 300, 300, {}}, {1, 0, 300, 300, {}}, {2, 20, 10, 21, {}}};
   RoundPlan plan = plan_round(lanes, 1 + 256, 256);
   ASSERT_EQ(plan.items.size(), 2u);
   EXPECT_TRUE(plan.items[0].decode);
