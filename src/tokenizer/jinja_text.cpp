@@ -4,6 +4,8 @@
 
 #include <utf8proc.h>
 
+#include "tokenizer/utf8.h"
+
 namespace tf::jinja {
 
 std::vector<char32_t> utf8_decode(const std::string& s) {
@@ -26,23 +28,7 @@ std::vector<char32_t> utf8_decode(const std::string& s) {
   return out;
 }
 
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void utf8_append(std::string& out, char32_t cp) { utf8::append(out, static_cast<uint32_t>(cp)); }
 
 std::string utf8_encode(const std::vector<char32_t>& cps) {
   std::string out;
