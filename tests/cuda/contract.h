@@ -58,6 +58,7 @@ std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Bac
 // Planted faults, compiled only into this test (contract_controls.cu).
 MatmulFn control_matmul_korder_by_m();
 MatmulFn control_matmul_drop_last_k();
+MatmulFn control_matmul_x_bf16();
 RmsFn control_rmsnorm_order_by_m();
 RopeFn control_rope_row_as_pos();
 ActFn control_act_gelu_erf();

@@ -31,8 +31,8 @@ void sync(const char* what) {
   TF_CUDA_CHECK(cudaDeviceSynchronize(), what);
 }
 
-// One thread per output over BF16 weights; reverse K order when M > 1 (fault 1) or drop the
-// last k (fault 2).
+// One thread per output over BF16 weights; reverse K order when M > 1 (fault 1), drop the
+// last k (fault 2) or round x to bf16 before multiplying (fault 3).
 __global__ void naive_matmul(const float* x, int64_t M, int64_t K, const uint16_t* w,
                              const float* bias, float* y, int64_t N, int fault) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -42,7 +42,8 @@ __global__ void naive_matmul(const float* x, int64_t M, int64_t K, const uint16_
   const int64_t kend = fault == 2 ? K - 1 : K;
   for (int64_t j = 0; j < kend; ++j) {
     const int64_t k = fault == 1 && M > 1 ? K - 1 - j : j;
-    s = fmaf(x[r * K + k], __bfloat162float(__ushort_as_bfloat16(w[n * K + k])), s);
+    const float xv = fault == 3 ? __bfloat162float(__float2bfloat16_rn(x[r * K + k])) : x[r * K + k];
+    s = fmaf(xv, __bfloat162float(__ushort_as_bfloat16(w[n * K + k])), s);
   }
   y[i] = bias ? s + bias[n] : s;
 }
@@ -135,6 +136,7 @@ AttnFn naive_attention_fn(int fault) {
 
 MatmulFn control_matmul_korder_by_m() { return naive_matmul_fn(1); }
 MatmulFn control_matmul_drop_last_k() { return naive_matmul_fn(2); }
+MatmulFn control_matmul_x_bf16() { return naive_matmul_fn(3); }
 
 RmsFn control_rmsnorm_order_by_m() {
   return [](Backend&, const Tensor& x, const Weight& gw, float eps, bool add_one, Tensor y) {

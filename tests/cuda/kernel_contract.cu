@@ -110,6 +110,9 @@ std::vector<Case> controls() {
   v.push_back({"matmul dropping the last k", [](Backend& g, Backend& c) {
                  return matmul_gate_all(control_matmul_drop_last_k(), g, c, DType::BF16, 64, 48, 64, true, 11);
                }});
+  v.push_back({"matmul rounding x to bf16", [](Backend& g, Backend& c) {
+                 return matmul_gate_all(control_matmul_x_bf16(), g, c, DType::BF16, 64, 48, 64, true, 11);
+               }});
   v.push_back({"rmsnorm whose order depends on M", [](Backend& g, Backend& c) {
                  return rmsnorm_gate(control_rmsnorm_order_by_m(), g, c, DType::F32, 4096, false, 21);
                }});

@@ -2,9 +2,12 @@
 // (mma.sync m16n8k16, f32 accumulate); F32 weights run an exact-f32 warp dot.
 //
 // Order rule: every output element (r, n) is one chain of m16n8k16 steps over k = 0, 16, 32,
-// ... in increasing order, starting from +0, on x[r] rounded to bf16 (nearest even) and w[n]
-// as bf16 (F16 weights rounded to bf16, Q8_0 int8 values exact). Q8_0 sums each block of 32
-// from zero in two steps, then acc = fma(scale, block_sum, acc). The bias is added last.
+// ... in increasing order, starting from +0. BF16/F16: x is split as hi = bf16(x), lo =
+// bf16(x - hi) so ~16 bits of x reach the tensor cores; each k16 step is mma(hi, w) then
+// mma(lo, w), and for F16 weights (split exactly as whi = bf16(w), wlo = w - whi) the steps are
+// mma(hi, whi), mma(lo, whi), mma(hi, wlo). Q8_0: x rounded to bf16, int8 values exact; each
+// block of 32 sums from zero in two steps, then acc = fma(scale, block_sum, acc). The bias is
+// added last.
 // Tile shapes differ with the row count, but the chain per element never does, and K is
 // never split, so a row's bits do not depend on M. Rows past M are zero padding.
 #include <cstdint>
@@ -31,6 +34,22 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+__device__ __forceinline__ float bf16_float(uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+
+// Low part of x after its bf16 high part; zero when the high part is not finite (inf - inf).
+__device__ __forceinline__ uint16_t lo_bits(float x, uint16_t hi) {
+  const float h = bf16_float(hi);
+  return isfinite(h) ? bf16_bits(__fsub_rn(x, h)) : static_cast<uint16_t>(0);
+}
+
+// Shared-memory bytes of one instantiation: A hi (+ lo), B (+ F16 lo), Q8 scales.
+template <int BM, int BN, int BK, int WT>
+constexpr int smem_bytes() {
+  return ((WT == kQ8 ? 1 : 2) * BM + (WT == kF16 ? 2 : 1) * BN) * (BK + 8) * 2 + BN * (BK / 32) * 4;
+}
+
 // One block computes a BM x BN tile of y, walking K in tiles of BK (a multiple of 32).
 template <int BM, int BN, int BK, int WM, int WN, int WT>
 __global__ void __launch_bounds__(WM * WN * 32)
@@ -39,10 +58,13 @@ __global__ void __launch_bounds__(WM * WN * 32)
                float* __restrict__ y, int64_t N, bool vec_x, bool vec_w) {
   constexpr int kThreads = WM * WN * 32, LDS = BK + 8;
   constexpr int TM = BM / WM / 16, TN = BN / WN / 8;
+  constexpr bool kSplitX = WT != kQ8, kSplitW = WT == kF16;
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* As = smem;                 // [BM][LDS] bf16 bits
-  uint16_t* Bs = smem + BM * LDS;      // [BN][LDS] bf16 bits
-  float* Ds = reinterpret_cast<float*>(Bs + BN * LDS);  // [BN][BK / 32] Q8 scales
+  uint16_t* As = smem;                                  // [BM][LDS] bf16 bits of x (hi)
+  uint16_t* Al = As + BM * LDS;                         // [BM][LDS] lo bits (split only)
+  uint16_t* Bs = Al + (kSplitX ? BM * LDS : 0);         // [BN][LDS] bf16 bits of w (hi)
+  uint16_t* Bl = Bs + BN * LDS;                         // [BN][LDS] F16 lo bits
+  float* Ds = reinterpret_cast<float*>(Bl + (kSplitW ? BN * LDS : 0));  // [BN][BK / 32] Q8 scales
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int wm = warp / WN, wn = warp % WN;
@@ -57,9 +79,9 @@ __global__ void __launch_bounds__(WM * WN * 32)
 
   // Rows past M stay zero for the whole K loop, so only the rows < M are loaded per tile.
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
-  for (int i = tid; i < BM * LDS; i += kThreads) As[i] = 0;
+  for (int i = tid; i < (kSplitX ? 2 : 1) * BM * LDS; i += kThreads) As[i] = 0;
   for (int64_t k0 = 0; k0 < K; k0 += BK) {
-    // A tile: f32 rows of x rounded to bf16; k past K is zero.
+    // A tile: f32 rows of x as bf16 hi (and lo when split); k past K is zero.
     if (vec_x) {
       for (int i = tid; i < rv * BK / 4; i += kThreads) {
         const int r = i / (BK / 4), c = (i % (BK / 4)) * 4;
@@ -68,12 +90,20 @@ __global__ void __launch_bounds__(WM * WN * 32)
         if (gr < M && gk < K) v = *reinterpret_cast<const float4*>(x + gr * K + gk);
         uint16_t* d = As + r * LDS + c;
         d[0] = bf16_bits(v.x), d[1] = bf16_bits(v.y), d[2] = bf16_bits(v.z), d[3] = bf16_bits(v.w);
+        if (kSplitX) {
+          uint16_t* l = Al + r * LDS + c;
+          l[0] = lo_bits(v.x, d[0]), l[1] = lo_bits(v.y, d[1]);
+          l[2] = lo_bits(v.z, d[2]), l[3] = lo_bits(v.w, d[3]);
+        }
       }
     } else {
       for (int i = tid; i < rv * BK; i += kThreads) {
         const int r = i / BK, c = i % BK;
         const int64_t gr = m0 + r, gk = k0 + c;
-        As[r * LDS + c] = bf16_bits(gr < M && gk < K ? x[gr * K + gk] : 0.0f);
+        const float v = gr < M && gk < K ? x[gr * K + gk] : 0.0f;
+        const uint16_t h = bf16_bits(v);
+        As[r * LDS + c] = h;
+        if (kSplitX) Al[r * LDS + c] = lo_bits(v, h);
       }
     }
     // B tile: weight rows n0.. as bf16 bits.
@@ -126,14 +156,20 @@ __global__ void __launch_bounds__(WM * WN * 32)
           const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
           uint4 v = regs[u];
           if (WT == kF16) {
+            uint4 vl;
             uint32_t* q = &v.x;
+            uint32_t* ql = &vl.x;
             const uint32_t in[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const uint32_t lo = bf16_bits(__half2float(__ushort_as_half(static_cast<uint16_t>(in[e] & 0xffffu))));
-              const uint32_t hi = bf16_bits(__half2float(__ushort_as_half(static_cast<uint16_t>(in[e] >> 16))));
-              q[e] = lo | (hi << 16);
+              const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(in[e] & 0xffffu)));
+              const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(in[e] >> 16)));
+              const uint16_t h0 = bf16_bits(f0), h1 = bf16_bits(f1);
+              q[e] = static_cast<uint32_t>(h0) | (static_cast<uint32_t>(h1) << 16);
+              ql[e] = static_cast<uint32_t>(lo_bits(f0, h0)) |
+                      (static_cast<uint32_t>(lo_bits(f1, h1)) << 16);
             }
+            *reinterpret_cast<uint4*>(Bl + r * LDS + c) = vl;
           }
           *reinterpret_cast<uint4*>(Bs + r * LDS + c) = v;
         }
@@ -142,7 +178,11 @@ __global__ void __launch_bounds__(WM * WN * 32)
           const int r = i / BK, c = i % BK;
           const int64_t gn = n0 + r, gk = k0 + c;
           uint16_t h = gn < N && gk < K ? w16[gn * K + gk] : 0;
-          if (WT == kF16) h = bf16_bits(__half2float(__ushort_as_half(h)));
+          if (WT == kF16) {
+            const float f = __half2float(__ushort_as_half(h));
+            h = bf16_bits(f);
+            Bl[r * LDS + c] = lo_bits(f, h);
+          }
           Bs[r * LDS + c] = h;
         }
       }
@@ -161,22 +201,45 @@ __global__ void __launch_bounds__(WM * WN * 32)
       }
 #pragma unroll
       for (int kk = kb; kk < kb + 32; kk += 16) {
-        uint32_t a[TM][4];
+        uint32_t a[TM][4], al[TM][4];
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
-          const uint16_t* p = As + (wm * TM * 16 + i * 16 + g) * LDS + kk + t4 * 2;
+          const int o = (wm * TM * 16 + i * 16 + g) * LDS + kk + t4 * 2;
+          const uint16_t* p = As + o;
           a[i][0] = *reinterpret_cast<const uint32_t*>(p);
           a[i][1] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS);
           a[i][2] = *reinterpret_cast<const uint32_t*>(p + 8);
           a[i][3] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS + 8);
+          if (kSplitX) {
+            const uint16_t* q = Al + o;
+            al[i][0] = *reinterpret_cast<const uint32_t*>(q);
+            al[i][1] = *reinterpret_cast<const uint32_t*>(q + 8 * LDS);
+            al[i][2] = *reinterpret_cast<const uint32_t*>(q + 8);
+            al[i][3] = *reinterpret_cast<const uint32_t*>(q + 8 * LDS + 8);
+          }
         }
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-          const uint16_t* p = Bs + (wn * TN * 8 + j * 8 + g) * LDS + kk + t4 * 2;
+          const int o = (wn * TN * 8 + j * 8 + g) * LDS + kk + t4 * 2;
+          const uint16_t* p = Bs + o;
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(p);
           const uint32_t b1 = *reinterpret_cast<const uint32_t*>(p + 8);
+          uint32_t c0 = 0, c1 = 0;
+          if (kSplitW) {
+            c0 = *reinterpret_cast<const uint32_t*>(Bl + o);
+            c1 = *reinterpret_cast<const uint32_t*>(Bl + o + 8);
+          }
+          // Per element the k16 step is hi*w, then lo*w, then (F16) hi*wlo, in this order.
 #pragma unroll
-          for (int i = 0; i < TM; ++i) mma_bf16(WT == kQ8 ? part[i][j] : acc[i][j], a[i], b0, b1);
+          for (int i = 0; i < TM; ++i) {
+            if (WT == kQ8) {
+              mma_bf16(part[i][j], a[i], b0, b1);
+            } else {
+              mma_bf16(acc[i][j], a[i], b0, b1);
+              mma_bf16(acc[i][j], al[i], b0, b1);
+              if (kSplitW) mma_bf16(acc[i][j], a[i], c0, c1);
+            }
+          }
         }
       }
       if (WT == kQ8) {
@@ -227,7 +290,7 @@ __global__ void f32_matmul(const float* __restrict__ x, int64_t M, int64_t K,
 
 template <int BM, int BN, int BK, int WM, int WN, int WT>
 void launch_mma(const Tensor& x, const CudaWeight& w, const float* bias, Tensor y) {
-  constexpr int kSmem = (BM + BN) * (BK + 8) * 2 + BN * (BK / 32) * 4;
+  constexpr int kSmem = smem_bytes<BM, BN, BK, WT>();
   auto kern = mma_matmul<BM, BN, BK, WM, WN, WT>;
   static bool raised = false;  // one attribute call per instantiation
   if (!raised) {
