@@ -24,7 +24,7 @@ float* alloc_zeroed(uint64_t bytes, const char* what) {
 }
 
 float* map_zeroed(uint64_t bytes) {
-  void* p = ::mmap(nullptr, std::max<uint64_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = ::mmap(nullptr, std::max<uint64_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : static_cast<float*>(p);
 }
 
