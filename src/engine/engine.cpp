@@ -96,7 +96,19 @@ uint64_t Engine::submit(GenerationRequest req) {
   return submit_group(std::move(one)).front();
 }
 
-std::vector<uint64_t> Engine::submit_group(std::vector<GenerationRequest> reqs) {
+bool Engine::try_reserve(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n < 0 || queued_ + reserved_ + n > opt_.max_queue) return false;
+  reserved_ += n;
+  return true;
+}
+
+void Engine::release_reservation(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_ -= std::min(n, reserved_);
+}
+
+std::vector<uint64_t> Engine::submit_group(std::vector<GenerationRequest> reqs, bool reserved) {
   const int32_t V = model_.vocab_size();
   TF_CHECK(!reqs.empty(), "an empty request group");
   TF_CHECK(static_cast<int>(reqs.size()) <= opt_.lanes, "a group of ", reqs.size(), " siblings needs more than the ",
@@ -113,8 +125,13 @@ std::vector<uint64_t> Engine::submit_group(std::vector<GenerationRequest> reqs) 
   for (int32_t t : reqs.front().prompt)
     TF_CHECK(t >= 0 && t < V, "prompt token id ", t, " is outside the vocabulary (0..", V - 1, ")");
   std::lock_guard<std::mutex> lock(mu_);
-  if (queued_ + static_cast<int>(reqs.size()) > opt_.max_queue)
+  const int n = static_cast<int>(reqs.size());
+  if (reserved) {
+    TF_CHECK(reserved_ >= n, "submit: ", n, " requests but only ", reserved_, " places reserved");
+    reserved_ -= n;
+  } else if (queued_ + reserved_ + n > opt_.max_queue) {
     throw QueueFull(cat("the request queue is full (", opt_.max_queue, " waiting); retry later"));
+  }
   Pending p;
   for (auto& r : reqs) {
     p.ids.push_back(next_id_++);
@@ -142,11 +159,6 @@ void Engine::stop() {
 void Engine::wait_for_work() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return stopped_ || queued_ > 0 || !cancels_.empty() || busy_ > 0; });
-}
-
-int Engine::queue_room() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return opt_.max_queue - queued_;
 }
 
 EngineStats Engine::stats() const {

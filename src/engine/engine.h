@@ -94,7 +94,11 @@ class Engine {
   uint64_t submit(GenerationRequest req);
   // Siblings of one prompt (n > 1): one lane prefills it, the others share its pages and its last
   // row's logits, each drawing with its own sampling settings.
-  std::vector<uint64_t> submit_group(std::vector<GenerationRequest> reqs);
+  std::vector<uint64_t> submit_group(std::vector<GenerationRequest> reqs, bool reserved = false);
+  // Holds n queue places for submits that follow (reserved = true), so a caller can refuse a
+  // request before it answers anything; false when the queue cannot take n more.
+  bool try_reserve(int n);
+  void release_reservation(int n);
   void cancel(uint64_t id);
   // Runs one round; false when there was nothing to do.
   bool step();
@@ -106,8 +110,6 @@ class Engine {
   bool stopped() const { return stopped_; }
 
   EngineStats stats() const;
-  // Requests the queue can still take.
-  int queue_room() const;
   // Engine thread only (or while no round runs).
   Census census() const;
   // Full consistency check of pool, store and lanes (walks everything; for tests and debugging).
@@ -148,7 +150,8 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
-  int queued_ = 0;  // requests in queue_ (groups count each sibling)
+  int queued_ = 0;    // requests in queue_ (groups count each sibling)
+  int reserved_ = 0;  // places promised by try_reserve and not yet submitted
   std::vector<uint64_t> cancels_;
   uint64_t next_id_ = 1;
   std::atomic<bool> stopped_{false};

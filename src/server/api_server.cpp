@@ -322,11 +322,13 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
   const int total = static_cast<int>(job->choices.size());
   if (total > opt_.max_queue)
     throw ApiError(400, cat("the request asks for ", total, " completions; this server queues at most ", opt_.max_queue), "n");
-  if (engine_->queue_room() < total)
+  if (!engine_->try_reserve(total))
     throw ApiError(429, cat("the request queue is full (", opt_.max_queue, " waiting); retry later"), {}, "rate_limit_exceeded");
+  int unsubmitted = total;  // reserved places not yet used; given back if anything below fails
   if (s.stream) job->start_stream();
   std::random_device rd;
   auto reply_error = [&](int status, const std::string& msg, const char* type) {
+    engine_->release_reservation(unsubmitted);
     job->cancel(*engine_);
     metrics_.count_request(label, status);
     const std::string body = ApiError(status, msg, {}, type).body();
@@ -372,16 +374,19 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
     try {
       // n > 1: siblings share one prefill of the prompt when they fit the lanes together.
       std::vector<uint64_t> eids;
-      if (static_cast<int>(reqs.size()) <= opt_.parallel) {
-        eids = engine_->submit_group(std::move(reqs));
+      const int n = static_cast<int>(reqs.size());
+      if (n <= opt_.parallel) {
+        eids = engine_->submit_group(std::move(reqs), /*reserved=*/true);
+        unsubmitted -= n;
       } else {
-        for (auto& r : reqs) eids.push_back(engine_->submit(std::move(r)));
+        for (auto& r : reqs) {
+          std::vector<GenerationRequest> one;
+          one.push_back(std::move(r));
+          eids.push_back(engine_->submit_group(std::move(one), /*reserved=*/true).front());
+          --unsubmitted;
+        }
       }
       for (size_t k = 0; k < group.size(); ++k) group[k]->engine_id = eids[k];
-    } catch (const QueueFull& e) {
-      // Lost a race for the last queue slots after the check above.
-      reply_error(429, e.what(), "rate_limit_exceeded");
-      return;
     } catch (const Error& e) {
       // The checks above should have caught it; the request still gets a client error, not a 500.
       reply_error(400, e.what(), "invalid_request_error");
