@@ -172,7 +172,6 @@ EngineStats Engine::stats() const {
     s.queued = queued_;
   }
   s.lanes = opt_.lanes;
-  s.lanes_busy = busy_;
   s.page_size = opt_.page_size;
   s.kv_bytes = kv_ ? kv_->bytes() : 0;
   s.scratch_rows = static_cast<uint64_t>(max_rows_);
@@ -361,6 +360,7 @@ void Engine::publish() {
   snapshot_.pages_free = c.free;
   snapshot_.pages_kept = c.kept;
   snapshot_.pages_used = c.used;
+  snapshot_.lanes_busy = busy_;
   snapshot_.cache = ps;
 }
 
@@ -373,6 +373,7 @@ bool Engine::step() {
 bool Engine::step_round() {
   apply_cancels();
   admit();
+  publish();  // readers see the admitted lanes and their pages before the round runs
   std::vector<LaneStatus> status;
   for (auto& l : lanes_)
     if (l->active && !l->waiting)
