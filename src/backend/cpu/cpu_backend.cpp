@@ -13,7 +13,6 @@ namespace tf::cpu {
 
 namespace {
 
-constexpr int64_t kMaxElems = int64_t{1} << 40;
 
 float* alloc_zeroed(uint64_t bytes, const char* what) {
   uint64_t padded = (std::max<uint64_t>(bytes, 1) + 63) & ~uint64_t{63};
@@ -34,13 +33,6 @@ void unmap(float* p, uint64_t bytes) {
 
 }  // namespace
 
-void check_tensor(const Tensor& t, const char* op, const char* what) {
-  TF_CHECK(t.rows >= 0 && t.cols >= 0 && t.rows <= kMaxElems && t.cols <= kMaxElems, op, ": ",
-           what, " has bad shape [", t.rows, " x ", t.cols, "]");
-  TF_CHECK(t.rows * t.cols == 0 || t.data != nullptr, op, ": ", what, " [", t.rows, " x ", t.cols,
-           "] has no data");
-}
-
 const CpuWeight& as_cpu(const Weight& w, const char* op) {
   auto* cw = dynamic_cast<const CpuWeight*>(&w);
   TF_CHECK(cw != nullptr, op, ": weight ", w.name, " was not loaded by the cpu backend");
@@ -56,7 +48,7 @@ CpuKv::CpuKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_di
   layers = layers_, pages = pages_, page_size = page_size_, kv_heads = kv_heads_,
   head_dim = head_dim_;
   elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
-  TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxElems), "alloc_kv: ", elems_,
+  TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxTensorElems), "alloc_kv: ", elems_,
            " elements is too many");
   // Anonymous zero pages: the pool's memory is committed as pages are first written, which is
   // what the memory planner counts (each lane's pages on its first prompt, cache pages as kept).
@@ -79,40 +71,24 @@ CpuKv::~CpuKv() {
 CpuBackend::CpuBackend(int n_threads, const CpuKernels& kernels)
     : kernels_(kernels),
       pool_(n_threads > 0 ? n_threads : default_thread_count()),
-      counter_(std::make_shared<std::atomic<uint64_t>>(0)) {}
+      blocks_() {}
 
 CpuBackend::~CpuBackend() {
-  for (auto& [p, bytes] : blocks_) std::free(p);
+  blocks_.release_all([](float* p) { std::free(p); });
 }
 
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
-  TF_CHECK(rows >= 0 && cols >= 0 && rows <= kMaxElems && cols <= kMaxElems &&
-               (cols == 0 || rows <= kMaxElems / cols),
-           "alloc: bad shape [", rows, " x ", cols, "]");
-  if (rows * cols == 0) return Tensor{nullptr, rows, cols};
-  const uint64_t bytes = static_cast<uint64_t>(rows * cols) * sizeof(float);
+  const uint64_t bytes = BlockTable::tensor_bytes(rows, cols);
+  if (bytes == 0) return Tensor{nullptr, rows, cols};
   float* p = alloc_zeroed(bytes, "alloc");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    blocks_[p] = bytes;
-  }
-  counter_->fetch_add(bytes);
+  blocks_.add(p, bytes);
   return Tensor{p, rows, cols};
 }
 
 void CpuBackend::free(Tensor& t) {
   if (t.data == nullptr) return;
-  uint64_t bytes;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.find(t.data);
-    TF_CHECK(it != blocks_.end(), "free: tensor [", t.rows, " x ", t.cols,
-             "] was not allocated by this backend (or is a slice)");
-    bytes = it->second;
-    blocks_.erase(it);
-  }
+  blocks_.remove(t);
   std::free(t.data);
-  counter_->fetch_sub(bytes);
   t = Tensor{};
 }
 
@@ -138,7 +114,7 @@ std::unique_ptr<Weight> CpuBackend::load_weight(const TensorView& view) {
   TF_CHECK(view.shape.size() == 1 || view.shape.size() == 2, "load_weight: tensor ", view.name,
            " has ", view.shape.size(), " dims; expected 1 or 2");
   for (int64_t d : view.shape)
-    TF_CHECK(d > 0 && d <= kMaxElems, "load_weight: tensor ", view.name, " has bad dim ", d);
+    TF_CHECK(d > 0 && d <= kMaxTensorElems, "load_weight: tensor ", view.name, " has bad dim ", d);
   const int64_t rows = view.shape.size() == 2 ? view.shape[0] : 1;
   const int64_t cols = view.shape.back();
   const uint64_t rb = dtype_row_bytes(t, static_cast<uint64_t>(cols));
@@ -183,7 +159,7 @@ void CpuBackend::kv_page_from_host(KvStorage& kv, int page, const float* src) {
 
 std::unique_ptr<KvStorage> CpuBackend::alloc_kv(int layers, int pages, int page_size,
                                                 int kv_heads, int head_dim) {
-  return std::make_unique<CpuKv>(layers, pages, page_size, kv_heads, head_dim, counter_);
+  return std::make_unique<CpuKv>(layers, pages, page_size, kv_heads, head_dim, blocks_.counter());
 }
 
 void CpuBackend::for_rows(int64_t n, int64_t work,

@@ -1,11 +1,9 @@
 #pragma once
 // The CPU backend: host memory, memory-mapped weights, paged f32 KV, static thread splits.
-#include <atomic>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "backend/backend.h"
+#include "backend/block_table.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "base/thread_pool.h"
 
@@ -19,8 +17,6 @@ class CpuWeight : public Weight {
   uint64_t row_bytes = 0;
 };
 
-// Counts bytes this backend holds; shared so storage may outlive the backend object.
-using ByteCounter = std::shared_ptr<std::atomic<uint64_t>>;
 
 class CpuKv : public KvStorage {
  public:
@@ -59,7 +55,7 @@ class CpuBackend : public Backend {
   void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
   std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                       int head_dim) override;
-  uint64_t device_bytes_in_use() const override { return counter_->load(); }
+  uint64_t device_bytes_in_use() const override { return blocks_.bytes_in_use(); }
 
   void embed(const Weight& table, const int32_t* ids, int n, Tensor out) override;
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) override;
@@ -84,9 +80,7 @@ class CpuBackend : public Backend {
 
   const CpuKernels& kernels_;
   ThreadPool pool_;
-  ByteCounter counter_;
-  std::mutex mu_;
-  std::unordered_map<float*, uint64_t> blocks_;
+  BlockTable blocks_;
 };
 
 // For tests and benchmarks: a backend on one given kernel table.
@@ -95,7 +89,5 @@ std::unique_ptr<Backend> make_cpu_backend_with(int n_threads, const CpuKernels& 
 // Throws unless w is a weight this backend made; names the op.
 const CpuWeight& as_cpu(const Weight& w, const char* op);
 
-// Checks a tensor view is well formed (non-negative sizes, data for non-empty).
-void check_tensor(const Tensor& t, const char* op, const char* what);
 
 }  // namespace tf::cpu

@@ -11,7 +11,6 @@ namespace tf::cuda {
 
 namespace {
 
-constexpr int64_t kMaxElems = int64_t{1} << 40;
 
 void* device_zeroed(uint64_t bytes, const char* what) {
   void* p = nullptr;
@@ -42,13 +41,6 @@ float half_bits_to_f32(uint16_t h) {
 }
 
 }  // namespace
-
-void check_tensor(const Tensor& t, const char* op, const char* what) {
-  TF_CHECK(t.rows >= 0 && t.cols >= 0 && t.rows <= kMaxElems && t.cols <= kMaxElems, op, ": ",
-           what, " has bad shape [", t.rows, " x ", t.cols, "]");
-  TF_CHECK(t.rows * t.cols == 0 || t.data != nullptr, op, ": ", what, " [", t.rows, " x ", t.cols,
-           "] has no data");
-}
 
 void check_launch(const char* op) {
   const cudaError_t e = cudaGetLastError();
@@ -83,7 +75,7 @@ CudaKv::CudaKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_
   layers = layers_, pages = pages_, page_size = page_size_, kv_heads = kv_heads_,
   head_dim = head_dim_;
   elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
-  TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxElems), "alloc_kv: ", elems_,
+  TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxTensorElems), "alloc_kv: ", elems_,
            " elements is too many");
   k_ = static_cast<float*>(device_zeroed(elems_ * sizeof(float), "alloc_kv"));
   try {
@@ -102,7 +94,7 @@ CudaKv::~CudaKv() {
 }
 
 CudaBackend::CudaBackend(int device)
-    : device_(device), counter_(std::make_shared<std::atomic<uint64_t>>(0)) {
+    : device_(device) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   TF_CHECK(e == cudaSuccess, "cuda backend: no usable CUDA driver or device (",
@@ -118,38 +110,22 @@ CudaBackend::CudaBackend(int device)
 }
 
 CudaBackend::~CudaBackend() {
-  for (auto& [p, bytes] : blocks_) cudaFree(p);
+  blocks_.release_all([](float* p) { cudaFree(p); });
   cudaFree(scratch_);
 }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
-  TF_CHECK(rows >= 0 && cols >= 0 && rows <= kMaxElems && cols <= kMaxElems &&
-               (cols == 0 || rows <= kMaxElems / cols),
-           "alloc: bad shape [", rows, " x ", cols, "]");
-  if (rows * cols == 0) return Tensor{nullptr, rows, cols};
-  const uint64_t bytes = static_cast<uint64_t>(rows * cols) * sizeof(float);
+  const uint64_t bytes = BlockTable::tensor_bytes(rows, cols);
+  if (bytes == 0) return Tensor{nullptr, rows, cols};
   float* p = static_cast<float*>(device_zeroed(bytes, "alloc"));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    blocks_[p] = bytes;
-  }
-  counter_->fetch_add(bytes);
+  blocks_.add(p, bytes);
   return Tensor{p, rows, cols};
 }
 
 void CudaBackend::free(Tensor& t) {
   if (t.data == nullptr) return;
-  uint64_t bytes;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.find(t.data);
-    TF_CHECK(it != blocks_.end(), "free: tensor [", t.rows, " x ", t.cols,
-             "] was not allocated by this backend (or is a slice)");
-    bytes = it->second;
-    blocks_.erase(it);
-  }
+  blocks_.remove(t);
   cudaFree(t.data);
-  counter_->fetch_sub(bytes);
   t = Tensor{};
 }
 
@@ -180,11 +156,11 @@ uint8_t* CudaBackend::scratch(uint64_t n) {
   uint8_t* p = static_cast<uint8_t*>(device_zeroed(want, "scratch"));
   if (scratch_) {
     cudaFree(scratch_);
-    counter_->fetch_sub(scratch_bytes_);
+    blocks_.counter()->fetch_sub(scratch_bytes_);
   }
   scratch_ = p;
   scratch_bytes_ = want;
-  counter_->fetch_add(want);
+  blocks_.counter()->fetch_add(want);
   return scratch_;
 }
 
@@ -196,7 +172,7 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
   TF_CHECK(view.shape.size() == 1 || view.shape.size() == 2, "load_weight: tensor ", view.name,
            " has ", view.shape.size(), " dims; expected 1 or 2");
   for (int64_t d : view.shape)
-    TF_CHECK(d > 0 && d <= kMaxElems, "load_weight: tensor ", view.name, " has bad dim ", d);
+    TF_CHECK(d > 0 && d <= kMaxTensorElems, "load_weight: tensor ", view.name, " has bad dim ", d);
   const int64_t rows = view.shape.size() == 2 ? view.shape[0] : 1;
   const int64_t cols = view.shape.back();
   TF_CHECK(t != DType::Q8_0 || cols % kQ8Block == 0, "load_weight: tensor ", view.name, " has ",
@@ -209,7 +185,7 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
            "load_weight: tensor ", view.name, " holds ", view.nbytes, " bytes; shape [", rows,
            " x ", cols, "] of ", type_name(t), " needs ", static_cast<uint64_t>(rows) * rb);
   TF_CHECK(view.data != nullptr, "load_weight: tensor ", view.name, " has no data");
-  auto w = std::make_unique<CudaWeight>(counter_);
+  auto w = std::make_unique<CudaWeight>(blocks_.counter());
   w->dtype = t;
   w->rows = rows;
   w->cols = cols;
@@ -229,10 +205,10 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
     }
     w->data = device_zeroed(n, "load_weight");
     w->bytes += n;
-    counter_->fetch_add(n);
+    blocks_.counter()->fetch_add(n);
     w->scales = static_cast<float*>(device_zeroed(sc.size() * 4, "load_weight"));
     w->bytes += sc.size() * 4;
-    counter_->fetch_add(sc.size() * 4);
+    blocks_.counter()->fetch_add(sc.size() * 4);
     upload_bytes(w->data, q.data(), n);
     upload_bytes(w->scales, sc.data(), sc.size() * 4);
     if (rows == 1)
@@ -240,7 +216,7 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
   } else {
     w->data = device_zeroed(view.nbytes, "load_weight");
     w->bytes += view.nbytes;
-    counter_->fetch_add(view.nbytes);
+    blocks_.counter()->fetch_add(view.nbytes);
     upload_bytes(w->data, view.data, view.nbytes);
     if (rows == 1) {
       dec.resize(n);
@@ -256,7 +232,7 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
   if (rows == 1) {
     w->f32 = static_cast<float*>(device_zeroed(n * 4, "load_weight"));
     w->bytes += n * 4;
-    counter_->fetch_add(n * 4);
+    blocks_.counter()->fetch_add(n * 4);
     upload_bytes(w->f32, dec.data(), n * 4);
   }
   return w;
@@ -291,7 +267,7 @@ void CudaBackend::kv_page_from_host(KvStorage& kvs, int page, const float* src) 
 
 std::unique_ptr<KvStorage> CudaBackend::alloc_kv(int layers, int pages, int page_size,
                                                  int kv_heads, int head_dim) {
-  return std::make_unique<CudaKv>(layers, pages, page_size, kv_heads, head_dim, counter_);
+  return std::make_unique<CudaKv>(layers, pages, page_size, kv_heads, head_dim, blocks_.counter());
 }
 
 }  // namespace tf::cuda

@@ -7,10 +7,10 @@
 #include <unordered_map>
 
 #include "backend/backend.h"
+#include "backend/block_table.h"
 
 namespace tf::cuda {
 
-using ByteCounter = std::shared_ptr<std::atomic<uint64_t>>;
 
 // A weight in device memory, kept in its stored type. Q8_0 is repacked on upload into
 // int8 values [rows x cols] plus one f32 scale per block of 32 ([rows x cols / 32]).
@@ -58,7 +58,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;
   std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                       int head_dim) override;
-  uint64_t device_bytes_in_use() const override { return counter_->load(); }
+  uint64_t device_bytes_in_use() const override { return blocks_.bytes_in_use(); }
   uint64_t device_memory_total() const override;
   void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
   void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
@@ -90,9 +90,7 @@ class CudaBackend : public Backend {
 
   int device_ = 0;
   std::string name_;
-  ByteCounter counter_;
-  std::mutex mu_;
-  std::unordered_map<float*, uint64_t> blocks_;
+  BlockTable blocks_;
   uint8_t* scratch_ = nullptr;
   uint64_t scratch_bytes_ = 0;
 };
@@ -100,8 +98,6 @@ class CudaBackend : public Backend {
 // Throws unless w is a weight this backend made; names the op.
 const CudaWeight& as_cuda(const Weight& w, const char* op);
 const CudaKv& as_cuda_kv(const KvStorage& kv, const char* op);
-// Checks a tensor view is well formed (non-negative sizes, data for non-empty).
-void check_tensor(const Tensor& t, const char* op, const char* what);
 // Throws tf::Error naming op when the last launch or an earlier async op failed.
 void check_launch(const char* op);
 
