@@ -21,22 +21,6 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   return out;
 }
 
-// "<0xHH>" with exactly two hex digits, else -1.
-int parse_byte_token(const std::string& t) {
-  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
-  int v = 0;
-  for (int k = 3; k < 5; ++k) {
-    const char c = t[k];
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
-
 // HF's ByteLevel decoder maps a token's chars to bytes, or keeps the token as is when one
 // char lies outside the byte map.
 std::string byte_level_bytes(const std::string& t) {
@@ -142,7 +126,7 @@ std::string HfDecoder::decode(std::vector<std::string> toks) const {
           count = 0;
         };
         for (const auto& t : toks) {
-          const int b = parse_byte_token(t);
+          const int b = utf8::parse_byte_token(t);
           if (b >= 0) {
             pending += static_cast<char>(b);
             ++count;
@@ -186,7 +170,7 @@ std::string HfDecoder::token_bytes(const std::string& token) const {
       case Step::Metaspace: t = replace_all(t, s.a, " "); break;
       case Step::Replace: t = replace_all(t, s.a, s.b); break;
       case Step::ByteFallback: {
-        const int b = parse_byte_token(t);
+        const int b = utf8::parse_byte_token(t);
         if (b >= 0) t = std::string(1, static_cast<char>(b));
         break;
       }

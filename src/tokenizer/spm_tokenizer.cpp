@@ -13,21 +13,6 @@ namespace {
 
 const std::string kSpace = "\xE2\x96\x81";  // U+2581, sentencepiece's visible space
 
-int parse_byte_piece(const std::string& t) {
-  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
-  int v = 0;
-  for (int k = 3; k < 5; ++k) {
-    const char c = t[k];
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
-
 }  // namespace
 
 SpmTokenizer::SpmTokenizer(std::vector<std::string> tokens, std::vector<float> scores,
@@ -55,7 +40,7 @@ SpmTokenizer::SpmTokenizer(std::vector<std::string> tokens, std::vector<float> s
         mergeable_.emplace(s, id);
         break;
       case SpmType::Byte: {
-        const int b = parse_byte_piece(s);
+        const int b = utf8::parse_byte_token(s);
         TF_CHECK(b >= 0, source, ": tokenizer.ggml.tokens[", i, "] = '", s.substr(0, 32),
                  "' has the byte type but is not spelled <0xHH>");
         if (byte_ids_[b] < 0) byte_ids_[b] = id;
@@ -202,7 +187,7 @@ std::vector<int32_t> SpmTokenizer::encode(const std::string& raw, bool add_speci
 
 std::string SpmTokenizer::token_bytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return "";
-  if (type(id) == SpmType::Byte) return std::string(1, static_cast<char>(parse_byte_piece(tokens_[id])));
+  if (type(id) == SpmType::Byte) return std::string(1, static_cast<char>(utf8::parse_byte_token(tokens_[id])));
   const std::string& t = tokens_[id];
   std::string out;
   for (size_t p = 0; p < t.size();) {

@@ -1,5 +1,5 @@
 #pragma once
-// UTF-8 helpers shared by the tokenizers: validation, repair and code point access.
+// UTF-8 helpers shared by the tokenizers: validation, repair, code point access, byte tokens.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,5 +20,7 @@ size_t incomplete_tail(std::string_view s);
 // Decodes the code point at s[pos] (s must be valid there) and its length.
 uint32_t decode(std::string_view s, size_t pos, size_t* len);
 void append(std::string& out, uint32_t cp);
+// The byte a byte-fallback token spells as "<0xHH>" (exactly two hex digits), else -1.
+int parse_byte_token(std::string_view t);
 
 }  // namespace tf::utf8
