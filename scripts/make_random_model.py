@@ -3,7 +3,9 @@
 from its published hyperparameters, for speed tests (nothing is downloaded).
 
     python3 scripts/make_random_model.py --shape llama3.1-8b --out /tmp/llama8b
-Shapes: llama3.1-8b, llama3.2-1b, qwen3-30b-a3b. Uses torch when present (fast), else numpy.
+Shapes: llama3.1-8b, llama3.2-1b, qwen3-30b-a3b, nemotron-3-nano-30b-a3b, qwen3-next-80b-a3b.
+--layers N keeps the first N layers of the shape (its pattern prefix), for models that do not fit
+the card or the disk whole. Uses torch when present (fast), else numpy.
 """
 import argparse
 import json
@@ -32,10 +34,120 @@ SHAPES = {
                           vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
                           tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645,
                           rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    # NVIDIA-Nemotron-3-Nano-30B-A3B: 23 Mamba2 + 23 MoE + 6 attention layers.
+    "nemotron-3-nano-30b-a3b": dict(
+        architectures=["NemotronHForCausalLM"], model_type="nemotron_h", hidden_size=2688,
+        hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", num_hidden_layers=52,
+        num_attention_heads=32, num_key_value_heads=2, head_dim=128, intermediate_size=1856,
+        mamba_num_heads=64, mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4, use_conv_bias=True,
+        chunk_size=128, n_routed_experts=128, num_experts_per_tok=6, moe_intermediate_size=1856,
+        moe_shared_expert_intermediate_size=3712, n_group=1, topk_group=1, routed_scaling_factor=2.5,
+        norm_topk_prob=True, vocab_size=131072, max_position_embeddings=262144, layer_norm_epsilon=1e-5,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    # Qwen3-Next-80B-A3B: three Gated DeltaNet layers, then one gated attention layer, 48 in all.
+    "qwen3-next-80b-a3b": dict(
+        architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next", hidden_size=2048, num_hidden_layers=48,
+        layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 12, full_attention_interval=4,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=256, intermediate_size=5120,
+        linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+        linear_conv_kernel_dim=4, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+        shared_expert_intermediate_size=512, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        vocab_size=151936, max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        partial_rotary_factor=0.25, bos_token_id=151643, eos_token_id=151645,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}),
 }
 
 
+def nemotron_h_shapes(c):
+    H, V = c["hidden_size"], c["vocab_size"]
+    yield "backbone.embeddings.weight", (V, H)
+    yield "backbone.norm_f.weight", (H,)
+    if not c["tie_word_embeddings"]:
+        yield "lm_head.weight", (V, H)
+    nh, hdm, N, G, K = c["mamba_num_heads"], c["mamba_head_dim"], c["ssm_state_size"], c["n_groups"], c["conv_kernel"]
+    I, conv = nh * hdm, nh * hdm + 2 * G * N
+    na, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    for i, kind in enumerate(c["hybrid_override_pattern"][: c["num_hidden_layers"]]):
+        p = f"backbone.layers.{i}."
+        yield p + "norm.weight", (H,)
+        m = p + "mixer."
+        if kind == "M":
+            yield m + "in_proj.weight", (2 * I + 2 * G * N + nh, H)
+            yield m + "conv1d.weight", (conv, 1, K)
+            yield m + "conv1d.bias", (conv,)
+            for n in ("dt_bias", "A_log", "D"):
+                yield m + n, (nh,)
+            yield m + "norm.weight", (I,)
+            yield m + "out_proj.weight", (H, I)
+        elif kind == "*":
+            yield m + "q_proj.weight", (na * hd, H)
+            yield m + "k_proj.weight", (nkv * hd, H)
+            yield m + "v_proj.weight", (nkv * hd, H)
+            yield m + "o_proj.weight", (H, na * hd)
+        elif kind == "-":
+            yield m + "up_proj.weight", (c["intermediate_size"], H)
+            yield m + "down_proj.weight", (H, c["intermediate_size"])
+        else:
+            E, Im, Is = c["n_routed_experts"], c["moe_intermediate_size"], c["moe_shared_expert_intermediate_size"]
+            yield m + "gate.weight", (E, H)
+            yield m + "gate.e_score_correction_bias", (E,)
+            for e in range(E):
+                yield m + f"experts.{e}.up_proj.weight", (Im, H)
+                yield m + f"experts.{e}.down_proj.weight", (H, Im)
+            yield m + "shared_experts.up_proj.weight", (Is, H)
+            yield m + "shared_experts.down_proj.weight", (H, Is)
+
+
+def qwen3_next_shapes(c):
+    H, V = c["hidden_size"], c["vocab_size"]
+    yield "model.embed_tokens.weight", (V, H)
+    yield "model.norm.weight", (H,)
+    if not c["tie_word_embeddings"]:
+        yield "lm_head.weight", (V, H)
+    nk, nv, dk, dv, K = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
+                         c["linear_value_head_dim"], c["linear_conv_kernel_dim"])
+    na, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    E, Im, Is = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+    for i, kind in enumerate(c["layer_types"][: c["num_hidden_layers"]]):
+        p = f"model.layers.{i}."
+        yield p + "input_layernorm.weight", (H,)
+        yield p + "post_attention_layernorm.weight", (H,)
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            yield a + "in_proj_qkvz.weight", (2 * nk * dk + 2 * nv * dv, H)
+            yield a + "in_proj_ba.weight", (2 * nv, H)
+            yield a + "conv1d.weight", (2 * nk * dk + nv * dv, 1, K)
+            yield a + "dt_bias", (nv,)
+            yield a + "A_log", (nv,)
+            yield a + "norm.weight", (dv,)
+            yield a + "out_proj.weight", (H, nv * dv)
+        else:
+            a = p + "self_attn."
+            yield a + "q_proj.weight", (2 * na * hd, H)
+            yield a + "k_proj.weight", (nkv * hd, H)
+            yield a + "v_proj.weight", (nkv * hd, H)
+            yield a + "o_proj.weight", (H, na * hd)
+            yield a + "q_norm.weight", (hd,)
+            yield a + "k_norm.weight", (hd,)
+        m = p + "mlp."
+        yield m + "gate.weight", (E, H)
+        for e in range(E):
+            for n in ("gate_proj", "up_proj"):
+                yield m + f"experts.{e}.{n}.weight", (Im, H)
+            yield m + f"experts.{e}.down_proj.weight", (H, Im)
+        for n in ("gate_proj", "up_proj"):
+            yield m + f"shared_expert.{n}.weight", (Is, H)
+        yield m + "shared_expert.down_proj.weight", (H, Is)
+        yield m + "shared_expert_gate.weight", (1, H)
+
+
 def tensor_shapes(c):
+    if c["model_type"] == "nemotron_h":
+        yield from nemotron_h_shapes(c)
+        return
+    if c["model_type"] == "qwen3_next":
+        yield from qwen3_next_shapes(c)
+        return
     H, L = c["hidden_size"], c["num_hidden_layers"]
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim", H // nh)
@@ -72,8 +184,17 @@ def main():
     ap.add_argument("--shape", required=True, choices=sorted(SHAPES))
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0, help="keep only the first N layers")
     args = ap.parse_args()
-    cfg = SHAPES[args.shape]
+    cfg = dict(SHAPES[args.shape])
+    if args.layers:
+        if not 0 < args.layers <= cfg["num_hidden_layers"]:
+            ap.error(f"--layers must be in 1..{cfg['num_hidden_layers']}")
+        cfg["num_hidden_layers"] = args.layers
+        if "hybrid_override_pattern" in cfg:
+            cfg["hybrid_override_pattern"] = cfg["hybrid_override_pattern"][: args.layers]
+        if "layer_types" in cfg:
+            cfg["layer_types"] = cfg["layer_types"][: args.layers]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(dict(cfg, torch_dtype="bfloat16"), f, indent=2)

@@ -71,6 +71,45 @@ struct AttnParams {
 
 enum class Act { SiLU, GeluTanh, Relu2 };
 
+// Columns [col, col + width) of every row of t: one part of a fused projection's output.
+struct Cols {
+  Tensor t;
+  int64_t col = 0;
+  float* at(int64_t r) const { return t.row(r) + col; }
+};
+
+// Recurrent state of the sequences of one round (RowLayout seq indices), in a pool of slots of
+// slot_floats floats each (backend memory). Sequence s reads its state from slot src[s] and writes
+// the advanced state to slot dst[s] (src != dst, so a failed round leaves the old state intact).
+// step[s] = 1 runs the recurrent step form row by row (decode, verify), 0 the chunked form
+// (prefill). keep[s], when not empty, holds rows(s) - 1 slots of keep_pool that get the state after
+// each of the sequence's rows but the last (what a verify rollback needs). A sequence's rows are
+// contiguous and in position order. Each layer owns the part of a slot that starts at its offset.
+struct StateRefs {
+  float* pool = nullptr;
+  int64_t slot_floats = 0;
+  int32_t slots = 0, keep_slots = 0;  // slots in pool and keep_pool (0: not checked)
+  std::vector<int32_t> src, dst;
+  std::vector<uint8_t> step;
+  float* keep_pool = nullptr;
+  std::vector<std::vector<int32_t>> keep;
+  bool empty() const { return src.empty(); }
+};
+
+// Mamba2 (SSD) sizes: heads x head_dim channels, B and C of `groups` groups of state_size; the
+// chunked form clamps dt to [dt_min, dt_max] after softplus and the step form does not, as Mamba2's
+// reference does; chunk is the SSD chunk length of the chunked form.
+struct SsmParams {
+  int heads = 0, head_dim = 0, groups = 0, state_size = 0, chunk = 256;
+  float dt_min = 0.0f, dt_max = 0.0f;  // dt_max 0: no upper clamp
+};
+
+// Gated DeltaNet sizes: k_heads of k_dim for q and k, v_heads of v_dim for v (k heads repeat to
+// v heads); chunk is the chunk length of the chunked form.
+struct DeltaParams {
+  int k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0, chunk = 64;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -126,6 +165,41 @@ class Backend {
   // renormalized to sum 1 when norm. Results in host memory [m x k], ranked by weight.
   virtual void topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
                             float* w_out) = 0;
+  // Sigmoid-score router (DeepSeek-V3, Nemotron-H): experts chosen by score + bias (bias may be
+  // null) within the topk_group best of n_group groups (a group scores the sum of its two best);
+  // weights are the unbiased scores, renormalized to sum 1 when norm, times scale. Ties: lower
+  // index. Results in host memory [m x k], ranked by biased score.
+  virtual void topk_sigmoid_grouped(const Tensor& logits, const Weight* bias, int n_group, int topk_group,
+                                    int k, bool norm, float scale, int32_t* idx_out, float* w_out) = 0;
+  // out = act(x)
+  virtual void activate(Act act, const Tensor& x, Tensor out) = 0;
+  // y *= sigmoid(gate), elementwise
+  virtual void mul_sigmoid(Tensor y, Cols gate) = 0;
+  // Per group of `group` columns of each row: norm_first ? rmsnorm(x) * g * silu(z)
+  // : rmsnorm(x * silu(z)) * g (Gated DeltaNet's and Mamba2's gated norms). g has x.cols entries.
+  virtual void gated_rmsnorm(const Tensor& x, Cols z, const Weight& g, int group, float eps,
+                             bool norm_first, Tensor y) = 0;
+  // Depthwise causal conv over each sequence's rows (x [m x C], w [C x K], out [m x C]), continuing
+  // from its state (the last K - 1 inputs, [K - 1 x C] at offset off of the slot), then SiLU when
+  // silu. The state written is the last K - 1 inputs after the sequence's rows.
+  virtual void conv1d_causal(const Tensor& x, const Weight& w, const Weight* bias, bool silu,
+                             const RowLayout& rows, const StateRefs& st, int64_t off, Tensor out) = 0;
+  // Mamba2 scan (state [heads x head_dim x state_size] at off): dt = softplus(dt_raw + dt_bias)
+  // (clamped in the chunked form), a = exp(-exp(A_log) dt); h = a h + dt x B^T; y = h C + D x per head, where a head
+  // uses the B and C of its group (heads / groups heads per group). x [heads*head_dim], B and C
+  // [groups*state_size], dt_raw [heads] per row; y [m x heads*head_dim].
+  virtual void ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_log, const Weight& D,
+                        const Weight& dt_bias, const SsmParams& p, const RowLayout& rows,
+                        const StateRefs& st, int64_t off, Tensor y) = 0;
+  // Gated delta rule (state [v_heads x k_dim x v_dim] at off): q and k L2-normalized per head (eps
+  // 1e-6), q scaled by 1/sqrt(k_dim); g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b);
+  // S = exp(g) S; S += k (beta (v - S^T k))^T; y = S^T q. q, k [k_heads*k_dim], v [v_heads*v_dim],
+  // a and b [v_heads] per row; y [m x v_heads*v_dim].
+  virtual void gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weight& A_log,
+                           const Weight& dt_bias, const DeltaParams& p, const RowLayout& rows,
+                           const StateRefs& st, int64_t off, Tensor y) = 0;
+  // dst rows = src rows, same shapes (recurrent state slots).
+  virtual void copy(const Tensor& src, Tensor dst) = 0;
   // dst[i] = src[rows[i]]
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) = 0;
   // dst[rows[i]] += w[i] * src[i], applied in i order

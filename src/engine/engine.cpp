@@ -29,6 +29,7 @@ struct Engine::Lane {
   int computed = 0;
   int generated = 0;
   int cached = 0;  // prompt tokens adopted from the prefix store
+  int state = -1;  // recurrent state slot (models with recurrent layers)
   bool waiting = false;  // a sibling waiting for its leader's prompt
   std::vector<std::pair<int, uint64_t>> followers;  // (lane, request) of siblings sharing this prompt
 };
@@ -69,12 +70,27 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
   const int pages_per_lane = (opt_.context + opt_.page_size - 1) / opt_.page_size;
   const int total_pages = pages_per_lane * opt_.lanes + opt_.cache_pages;
   pages_ = PagePool(total_pages, opt_.page_size);
-  kv_ = backend_.alloc_kv(model.n_layers(), total_pages, opt_.page_size, model.n_kv_heads(), model.head_dim());
+  kv_ = backend_.alloc_kv(std::max(1, model.n_kv_layers()), total_pages, opt_.page_size, model.n_kv_heads(),
+                          model.head_dim());
+  state_floats_ = model.state_floats();
+  if (state_floats_ > 0) {
+    // Prefill chunks of recurrent layers run on the grid, and resumed prompts restart on it.
+    TF_CHECK(opt_.chunk % opt_.page_size == 0, "engine: chunk ", opt_.chunk, " is not a multiple of the page size ",
+             opt_.page_size, ", which recurrent layers need");
+    state_pool_ = StatePool(opt_.lanes);
+    states_ = backend_.alloc(state_pool_.capacity(), state_floats_);
+  }
   uint64_t seed = opt_.seed;
   if (seed == 0) seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
   store_ = std::make_unique<PrefixStore>(pages_, opt_.page_size, seed, &backend_, kv_.get());
   store_->set_device_cap(opt_.cache_pages);
   store_->set_host_budget(opt_.host_cache_bytes);
+  if (state_floats_ > 0) {
+    uint64_t budget = opt_.state_cache_bytes;
+    const uint64_t marks = static_cast<uint64_t>(opt_.cache_pages) * opt_.page_size / opt_.chunk;
+    if (budget == 0) budget = std::max<uint64_t>(marks, opt_.cache_pages > 0 ? 1 : 0) * state_floats_ * sizeof(float);
+    store_->set_state_budget(budget);
+  }
   snapshot_.lane_pages = pages_per_lane * opt_.lanes;
   max_rows_ = opt_.lanes + std::min(opt_.chunk, opt_.context);
   model_.reserve(max_rows_);
@@ -88,6 +104,7 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
 Engine::~Engine() {
   for (auto& l : lanes_) pages_.release(l->pages);
   store_.reset();
+  if (states_.data) backend_.free(states_);
 }
 
 uint64_t Engine::submit(GenerationRequest req) {
@@ -178,6 +195,8 @@ EngineStats Engine::stats() const {
   s.rounds = rounds_;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
+  s.state_slots = state_pool_.capacity();
+  s.state_bytes = static_cast<uint64_t>(state_floats_) * sizeof(float);
   return s;
 }
 
@@ -194,7 +213,11 @@ bool Engine::audit() const {
   int lane_pages = 0;
   for (const auto& l : lanes_) lane_pages += static_cast<int>(l->pages.size());
   // Every used page is held by a lane (pages shared between lanes count once or more).
-  return pages_.census_ok() && store_->check() && lane_pages >= pages_.used_count();
+  int states = 0;
+  for (const auto& l : lanes_) states += l->active && l->state >= 0;
+  // Between rounds each active lane holds exactly one state slot.
+  const bool states_ok = state_floats_ == 0 || state_pool_.in_use() == states;
+  return states_ok && pages_.census_ok() && store_->check() && lane_pages >= pages_.used_count();
 }
 
 PrefixStats Engine::cache_stats() const { return store_->stats(); }
@@ -224,6 +247,8 @@ void Engine::finish(Lane& lane, FinishReason reason, const std::string& error) {
     store_->insert(lane.req.cache_salt, lane.tokens, lane.pages, lane.computed / opt_.page_size);
   pages_.release(lane.pages);
   store_->trim();
+  if (lane.state >= 0) state_pool_.release(lane.state);
+  lane.state = -1;
   lane.waiting = false;
   lane.active = false;
   lane.tokens.clear();
@@ -276,8 +301,12 @@ bool Engine::try_admit(const std::vector<Lane*>& lanes, Pending& p) {
   // Reuse ends on a chunk-grid mark before the last prompt token, which must be computed; a
   // request that wants every prompt row's logits computes them all.
   const int reuse_tokens = head.all_prompt_rows ? 0 : ((n_prompt - 1) / opt_.chunk) * opt_.chunk;
-  pages[0] = store_->match(head.cache_salt, head.prompt, reuse_tokens / ps);
-  const int keep = static_cast<int>(pages[0].size()) * ps / opt_.chunk * opt_.chunk / ps;
+  StateSnapshot snap;
+  if (state_floats_ > 0) pages[0] = store_->match_state(head.cache_salt, head.prompt, reuse_tokens / ps, snap);
+  else pages[0] = store_->match(head.cache_salt, head.prompt, reuse_tokens / ps);
+  int keep = static_cast<int>(pages[0].size()) * ps / opt_.chunk * opt_.chunk / ps;
+  // A recurrent state exists only at its own mark: resume there or not at all.
+  if (state_floats_ > 0 && keep != static_cast<int>(pages[0].size())) keep = 0;
   while (static_cast<int>(pages[0].size()) > keep) {
     pages_.unref(pages[0].back());
     pages[0].pop_back();
@@ -303,6 +332,16 @@ bool Engine::try_admit(const std::vector<Lane*>& lanes, Pending& p) {
     l.generated = 0;
     l.waiting = k > 0;
     if (k > 0) lanes[0]->followers.emplace_back(l.index, l.id);
+    if (state_floats_ > 0) {
+      l.state = state_pool_.alloc();
+      // Siblings get the leader's state when its prompt is done; a leader starts fresh or restored.
+      if (k == 0 && keep > 0) {
+        backend_.from_host(snap->data(), state_slot(l.state));
+      } else if (k == 0) {
+        if (zero_state_.empty()) zero_state_.assign(static_cast<size_t>(state_floats_), 0.0f);
+        backend_.from_host(zero_state_.data(), state_slot(l.state));
+      }
+    }
     ++busy_;
   }
   return true;
@@ -319,6 +358,7 @@ void Engine::spawn_followers(Lane& leader) {
     for (int32_t pg : pages) pages_.ref(pg);
     // The partly filled last prompt page is copied: each sibling writes its own tokens there.
     if (n_prompt % ps) backend_.kv_page_copy(*kv_, leader.pages[static_cast<size_t>(shared)], f.pages.front());
+    if (state_floats_ > 0) backend_.copy(state_slot(leader.state), state_slot(f.state));
     pages.insert(pages.end(), f.pages.begin(), f.pages.end());
     f.pages = std::move(pages);
     f.computed = n_prompt;
@@ -361,6 +401,7 @@ void Engine::publish() {
   snapshot_.pages_kept = c.kept;
   snapshot_.pages_used = c.used;
   snapshot_.lanes_busy = busy_;
+  snapshot_.state_slots_used = state_pool_.in_use();
   snapshot_.cache = ps;
 }
 
@@ -384,6 +425,12 @@ bool Engine::step_round() {
   if (plan.items.empty()) return false;
 
   RoundInput in;
+  std::vector<int> pending;  // each item's new state slot
+  if (state_floats_ > 0) {
+    in.states.pool = states_.data;
+    in.states.slot_floats = state_floats_;
+    in.states.slots = state_pool_.capacity();
+  }
   std::vector<int> item_first_row;
   std::vector<std::vector<int>> item_logit_index;
   for (const auto& it : plan.items) {
@@ -407,12 +454,19 @@ bool Engine::step_round() {
       }
     }
     item_logit_index.push_back(std::move(logit_idx));
+    if (state_floats_ > 0) {
+      pending.push_back(state_pool_.alloc());
+      in.states.src.push_back(l.state);
+      in.states.dst.push_back(pending.back());
+      in.states.step.push_back(it.decode ? 1 : 0);
+    }
   }
   std::vector<float> logits;
   try {
     model_.forward(in, *kv_, logits);
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
+    for (int slot : pending) state_pool_.release(slot);
     for (const auto& it : plan.items) {
       Lane& l = *lanes_[static_cast<size_t>(it.lane)];
       if (l.active) finish(l, FinishReason::Error, e.what());
@@ -420,6 +474,18 @@ bool Engine::step_round() {
     return true;
   }
   ++rounds_;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const PlanItem& it = plan.items[i];
+    Lane& l = *lanes_[static_cast<size_t>(it.lane)];
+    if (!l.active) {
+      state_pool_.release(pending[i]);
+      continue;
+    }
+    state_pool_.release(l.state);
+    l.state = pending[i];
+    // States at grid marks reached by prefill are what a resumed prompt restarts from.
+    if (!it.decode && opt_.cache_pages > 0 && it.end % opt_.chunk == 0) snapshot_state(l, it.end);
+  }
   const int32_t V = model_.vocab_size();
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const PlanItem& it = plan.items[i];
@@ -450,6 +516,14 @@ bool Engine::step_round() {
     sample_and_emit(l, row);
   }
   return true;
+}
+
+void Engine::snapshot_state(Lane& lane, int mark) {
+  auto snap = std::make_shared<std::vector<float>>(static_cast<size_t>(state_floats_));
+  backend_.to_host(state_slot(lane.state), snap->data());
+  const int pages = mark / opt_.page_size;
+  store_->insert(lane.req.cache_salt, lane.tokens, lane.pages, pages);
+  store_->attach_state(lane.req.cache_salt, lane.tokens, pages, std::move(snap));
 }
 
 void Engine::sample_and_emit(Lane& l, const float* row) {

@@ -18,6 +18,7 @@
 #include "engine/prefix_store.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/state_pool.h"
 #include "models/model.h"
 
 namespace tf {
@@ -68,6 +69,9 @@ struct EngineOptions {
   int cache_pages = 0;  // pool pages beyond the lanes' own, for kept prompt prefixes; 0: no cache
   uint64_t host_cache_bytes = 0;  // second tier in host memory for evicted prefixes
   uint64_t seed = 0;    // prefix hash seed; 0: a random one
+  // Host bytes of recurrent-state snapshots the prompt cache may keep (models with recurrent
+  // layers); 0: one snapshot per chunk of cache pages.
+  uint64_t state_cache_bytes = 0;
 };
 
 // Pages and where they are: free + kept + used == total whenever the engine is between rounds.
@@ -82,6 +86,8 @@ struct EngineStats {
   int lane_pages = 0;  // pages reserved for the lanes' own windows
   uint64_t kv_bytes = 0, scratch_rows = 0;
   uint64_t rounds = 0, prompt_tokens = 0, generated_tokens = 0;
+  int state_slots = 0, state_slots_used = 0;  // recurrent state pool (0 for attention-only models)
+  uint64_t state_bytes = 0;                   // one slot
   PrefixStats cache;
 };
 
@@ -117,6 +123,7 @@ class Engine {
   PrefixStats cache_stats() const;
   uint64_t page_bytes() const;
   const EngineOptions& options() const { return opt_; }
+  const StatePool& state_pool() const { return state_pool_; }
   int context() const { return opt_.context; }
   Model& model() { return model_; }
 
@@ -134,6 +141,8 @@ class Engine {
   void publish();
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
   void apply_cancels();
+  Tensor state_slot(int slot) const { return states_.slice_rows(slot, 1); }
+  void snapshot_state(Lane& lane, int mark);
 
   Model& model_;
   Backend& backend_;
@@ -141,6 +150,10 @@ class Engine {
   std::unique_ptr<KvStorage> kv_;
   PagePool pages_;
   std::unique_ptr<PrefixStore> store_;
+  int64_t state_floats_ = 0;  // per slot; 0: the model has no recurrent layers
+  StatePool state_pool_;
+  Tensor states_;             // [slots x state_floats_] backend memory
+  std::vector<float> zero_state_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   Sampler sampler_;
   int max_rows_ = 0;

@@ -17,6 +17,7 @@ struct PrefixStore::Node {
   int32_t page = -1;        // pool page, or -1 while the contents live in host memory
   std::vector<float> host;  // contents while in host memory
   uint64_t last_used = 0;
+  StateSnapshot state;      // recurrent state after this page, when it ends on a chunk-grid mark
   std::unordered_multimap<uint64_t, std::unique_ptr<Node>> children;
 };
 
@@ -64,15 +65,85 @@ PrefixStore::Node* PrefixStore::child(Node* parent, uint64_t h, const int32_t* t
   return nullptr;
 }
 
+PrefixStore::Node* PrefixStore::salt_root(const std::string& salt) const {
+  auto range = root_->children.equal_range(salt_root_hash(salt));
+  for (auto it = range.first; it != range.second; ++it)
+    if (it->second->salt == salt) return it->second.get();
+  return nullptr;
+}
+
 std::vector<int32_t> PrefixStore::match(const std::string& salt, const std::vector<int32_t>& tokens, int max_pages) {
+  return match_nodes(salt, tokens, max_pages, nullptr);
+}
+
+std::vector<int32_t> PrefixStore::match_state(const std::string& salt, const std::vector<int32_t>& tokens,
+                                              int max_pages, StateSnapshot& state) {
+  std::vector<Node*> nodes;
+  std::vector<int32_t> out = match_nodes(salt, tokens, max_pages, &nodes);
+  size_t keep = 0;
+  state.reset();
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i]->state) {
+      keep = i + 1;
+      state = nodes[i]->state;
+    }
+  if (keep < out.size()) {
+    stats_.hit_tokens -= (out.size() - keep) * static_cast<size_t>(page_size_);
+    if (keep == 0) stats_.hits--;
+  }
+  while (out.size() > keep) {
+    pool_.unref(out.back());
+    out.pop_back();
+  }
+  return out;
+}
+
+void PrefixStore::attach_state(const std::string& salt, const std::vector<int32_t>& tokens, int pages,
+                               StateSnapshot state) {
+  if (device_cap_ <= 0 || !state || pages <= 0 || static_cast<size_t>(pages) * page_size_ > tokens.size()) return;
+  Node* n = salt_root(salt);
+  for (int i = 0; n && i < pages; ++i) {
+    const int32_t* tk = tokens.data() + static_cast<size_t>(i) * page_size_;
+    n = child(n, hash_(n->hash, tk, page_size_), tk);
+  }
+  if (!n || n->state) return;
+  const uint64_t bytes = state->size() * sizeof(float);
+  if (bytes > state_budget_) return;
+  n->state = std::move(state);
+  stats_.states++;
+  stats_.state_bytes += bytes;
+  enforce_state_budget(n);
+}
+
+void PrefixStore::drop_state(Node* n) {
+  if (!n->state) return;
+  stats_.states--;
+  stats_.state_bytes -= n->state->size() * sizeof(float);
+  n->state.reset();
+}
+
+void PrefixStore::enforce_state_budget(const Node* keep) {
+  while (stats_.state_bytes > state_budget_) {
+    Node* best = nullptr;
+    std::vector<Node*> stack = {root_.get()};
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (auto& [h, c] : n->children) stack.push_back(c.get());
+      if (n->state && n != keep && (!best || n->last_used < best->last_used)) best = n;
+    }
+    if (!best) break;
+    drop_state(best);
+  }
+}
+
+std::vector<int32_t> PrefixStore::match_nodes(const std::string& salt, const std::vector<int32_t>& tokens,
+                                              int max_pages, std::vector<Node*>* nodes) {
   std::vector<int32_t> out;
   stats_.lookups++;
   if (device_cap_ <= 0) return out;
   max_pages = std::min<int>(max_pages, static_cast<int>(tokens.size()) / page_size_);
-  auto root_it = root_->children.equal_range(salt_root_hash(salt));
-  Node* parent = nullptr;
-  for (auto it = root_it.first; it != root_it.second; ++it)
-    if (it->second->salt == salt) parent = it->second.get();
+  Node* parent = salt_root(salt);
   if (!parent) return out;
   const uint64_t now = ++tick_;
   for (int i = 0; i < max_pages; ++i) {
@@ -96,6 +167,7 @@ std::vector<int32_t> PrefixStore::match(const std::string& salt, const std::vect
     }
     pool_.ref(n->page);
     out.push_back(n->page);
+    if (nodes) nodes->push_back(n);
     n->last_used = now;
     parent = n;
   }
@@ -165,6 +237,7 @@ void PrefixStore::release_page(Node* n) {
 }
 
 void PrefixStore::drop(Node* n) {
+  drop_state(n);
   if (!n->tokens.empty()) stats_.entries--;
   if (n->page >= 0) release_page(n);
   else if (!n->host.empty()) stats_.host_entries--;
@@ -256,6 +329,7 @@ void PrefixStore::clear() {
   }
   root_ = std::make_unique<Node>();
   stats_.host_bytes = 0;
+  stats_.states = stats_.state_bytes = 0;
   stats_.entries = stats_.device_pages = stats_.host_entries = 0;
 }
 
@@ -266,7 +340,7 @@ PrefixStats PrefixStore::stats() const {
 }
 
 bool PrefixStore::check() const {
-  uint64_t entries = 0, device = 0, host = 0;
+  uint64_t entries = 0, device = 0, host = 0, states = 0, state_bytes = 0;
   std::vector<const Node*> stack = {root_.get()};
   while (!stack.empty()) {
     const Node* n = stack.back();
@@ -280,8 +354,12 @@ bool PrefixStore::check() const {
     entries += !n->tokens.empty();
     device += n->page >= 0;
     host += n->page < 0 && !n->host.empty();
+    if (n->state) {
+      ++states;
+      state_bytes += n->state->size() * sizeof(float);
+    }
   }
-  return entries == stats_.entries && device == stats_.device_pages && host == stats_.host_entries &&
+  return states == stats_.states && state_bytes == stats_.state_bytes && entries == stats_.entries && device == stats_.device_pages && host == stats_.host_entries &&
          pool_.census_ok();
 }
 

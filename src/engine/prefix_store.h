@@ -32,7 +32,11 @@ struct PrefixStats {
   uint64_t host_bytes = 0;
   uint64_t hits = 0, hit_tokens = 0, lookups = 0;
   uint64_t evictions = 0, host_evictions = 0, restores = 0;
+  uint64_t states = 0, state_bytes = 0;  // recurrent-state snapshots held (host memory)
 };
+
+// A recurrent-state snapshot at a chunk-grid mark, shared by the store and the lanes restoring it.
+using StateSnapshot = std::shared_ptr<const std::vector<float>>;
 
 class PrefixStore {
  public:
@@ -51,6 +55,14 @@ class PrefixStore {
   // Longest run of cached pages that matches tokens[0, max_pages * page_size), restoring pages
   // from host memory into free pool pages as it walks. The pages come back referenced.
   std::vector<int32_t> match(const std::string& salt, const std::vector<int32_t>& tokens, int max_pages);
+  // As match, for models with recurrent layers: the run is cut back to the deepest matched page
+  // that carries a state snapshot (returned in state; null and no pages when none does).
+  std::vector<int32_t> match_state(const std::string& salt, const std::vector<int32_t>& tokens, int max_pages,
+                                   StateSnapshot& state);
+  // Attaches the recurrent state after tokens[0, pages * page_size) to that cached page (which
+  // insert made); snapshots beyond the state budget go, least recently used first.
+  void attach_state(const std::string& salt, const std::vector<int32_t>& tokens, int pages, StateSnapshot state);
+  void set_state_budget(uint64_t bytes) { state_budget_ = bytes; }
   // Caches the full pages of a sequence: pages[i] holds tokens [i*page, (i+1)*page).
   void insert(const std::string& salt, const std::vector<int32_t>& tokens, const std::vector<int32_t>& pages,
               int full_pages);
@@ -69,6 +81,11 @@ class PrefixStore {
  private:
   struct Node;
   Node* child(Node* parent, uint64_t h, const int32_t* tokens) const;
+  Node* salt_root(const std::string& salt) const;
+  std::vector<int32_t> match_nodes(const std::string& salt, const std::vector<int32_t>& tokens, int max_pages,
+                                   std::vector<Node*>* nodes);
+  void drop_state(Node* n);
+  void enforce_state_budget(const Node* keep);
   bool evict_one();
   void drop(Node* n);
   void release_page(Node* n);
@@ -83,6 +100,7 @@ class PrefixStore {
   PageHash hash_;
   int device_cap_ = 0;
   uint64_t host_budget_ = 0;
+  uint64_t state_budget_ = 0;
   std::unique_ptr<Node> root_;
   uint64_t tick_ = 0;
   PrefixStats stats_;

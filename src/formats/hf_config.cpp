@@ -153,7 +153,15 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   if (c.model_type.empty()) c.model_type = top.string("model_type");
 
   c.hidden_size = f.integer("hidden_size", 1, kMaxDim, true);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 1, kMaxLayers, true);
+  // Hybrid configs (Nemotron-H) may give the layer count only as a list or pattern of layer kinds.
+  int64_t listed_layers = 0;
+  if (f.has("layers_block_type") && f.at("layers_block_type").is_array())
+    listed_layers = static_cast<int64_t>(f.at("layers_block_type").size());
+  else if (f.has("hybrid_override_pattern") && f.at("hybrid_override_pattern").is_string())
+    listed_layers = static_cast<int64_t>(f.at("hybrid_override_pattern").get<std::string>().size());
+  c.num_hidden_layers = f.integer("num_hidden_layers", 1, kMaxLayers, listed_layers == 0, listed_layers);
+  TF_CHECK(c.num_hidden_layers >= 1 && c.num_hidden_layers <= kMaxLayers, tsrc, ": ", c.num_hidden_layers,
+           " layers is outside [1, ", kMaxLayers, "]");
   c.num_attention_heads = f.integer("num_attention_heads", 1, kMaxDim, true);
   c.num_key_value_heads = f.integer("num_key_value_heads", 1, kMaxDim, false, c.num_attention_heads);
   TF_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, tsrc, ": num_key_value_heads ",

@@ -35,6 +35,30 @@ WeightPtr WeightLoader::optional_vector(const std::string& name, int64_t n) {
   return has(name) ? vector(name, n) : nullptr;
 }
 
+WeightPtr WeightLoader::row_slice(const std::string& name, int64_t total_rows, int64_t row0, int64_t rows,
+                                   int64_t cols) {
+  const TensorView& t = src_.get(name);
+  TF_CHECK(t.shape.size() == 2 && t.shape[0] == total_rows && t.shape[1] == cols, src_.describe(), ": tensor ",
+           name, " does not have shape [", total_rows, ", ", cols, "]");
+  TF_CHECK(row0 >= 0 && rows > 0 && row0 + rows <= total_rows, src_.describe(), ": rows [", row0, ", ",
+           row0 + rows, ") of tensor ", name);
+  const uint64_t row_bytes = dtype_row_bytes(t.dtype, static_cast<uint64_t>(cols));
+  TensorView v = t;
+  v.name = cat(name, "[", row0, ":", row0 + rows, "]");
+  v.data = t.data + static_cast<uint64_t>(row0) * row_bytes;
+  v.nbytes = static_cast<uint64_t>(rows) * row_bytes;
+  return load(v, rows, cols);
+}
+
+WeightPtr WeightLoader::squeezed(const std::string& name, int64_t rows, int64_t cols) {
+  const TensorView& t = src_.get(name);
+  bool ok = t.shape.size() >= 2 && t.shape.front() == rows && t.shape.back() == cols;
+  for (size_t i = 1; ok && i + 1 < t.shape.size(); ++i) ok = t.shape[i] == 1;
+  TF_CHECK(ok, src_.describe(), ": tensor ", name, " (", t.shape.size(), "-D, ", t.numel(),
+           " elements) is not [", rows, " x 1 x ", cols, "] as the config expects");
+  return load(t, rows, cols);
+}
+
 WeightPtr WeightLoader::expert_slice(const std::string& name, int64_t experts, int64_t e,
                                      int64_t total_rows, int64_t row0, int64_t rows, int64_t cols) {
   const TensorView& t = src_.get(name);
@@ -124,8 +148,10 @@ void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& ro
   b.matmul(in, *a.v, a.v_bias.get(), v);
   if (a.q_norm) b.rmsnorm(q.reshape(P.head_dim), *a.q_norm, a.norm_eps, false, q.reshape(P.head_dim));
   if (a.k_norm) b.rmsnorm(k.reshape(P.head_dim), *a.k_norm, a.norm_eps, false, k.reshape(P.head_dim));
-  b.rope(q, P.n_heads, rows.pos.data(), rope);
-  b.rope(k, P.n_kv_heads, rows.pos.data(), rope);
+  if (rope.rot_dim > 0) {
+    b.rope(q, P.n_heads, rows.pos.data(), rope);
+    b.rope(k, P.n_kv_heads, rows.pos.data(), rope);
+  }
   b.kv_store(kv, layer, k, v, rows);
   Tensor att = s.att.slice_rows(0, m);
   b.attention(q, att, kv, layer, rows, P);
@@ -135,9 +161,14 @@ void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& ro
 void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor gate, Tensor up, Tensor act) {
   const int64_t rows = in.rows;
   Tensor g{gate.data, rows, m.inter}, u{up.data, rows, m.inter}, a{act.data, rows, m.inter};
-  b.matmul(in, *m.gate, nullptr, g);
-  b.matmul(in, *m.up, nullptr, u);
-  b.act_mul(m.act, g, u, a);
+  if (m.gate) {
+    b.matmul(in, *m.gate, nullptr, g);
+    b.matmul(in, *m.up, nullptr, u);
+    b.act_mul(m.act, g, u, a);
+  } else {
+    b.matmul(in, *m.up, nullptr, u);
+    b.activate(m.act, u, a);
+  }
   b.matmul(a, *m.down, nullptr, out);
 }
 
@@ -148,7 +179,11 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   b.matmul(in, *m.router, nullptr, router);
   s.topk_idx.resize(static_cast<size_t>(rows * k));
   s.topk_w.resize(static_cast<size_t>(rows * k));
-  b.topk_softmax(router, k, m.norm_topk, s.topk_idx.data(), s.topk_w.data());
+  if (m.sigmoid)
+    b.topk_sigmoid_grouped(router, m.router_bias.get(), m.n_group, m.topk_group, k, m.norm_topk, m.routed_scale,
+                           s.topk_idx.data(), s.topk_w.data());
+  else
+    b.topk_softmax(router, k, m.norm_topk, s.topk_idx.data(), s.topk_w.data());
   // Token lists per expert; each token's contributions are then added in expert order.
   std::vector<std::vector<int32_t>> tok(static_cast<size_t>(E));
   std::vector<std::vector<float>> wt(static_cast<size_t>(E));
@@ -189,6 +224,29 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   } else {
     b.from_host(zeros.data(), out);
     b.add(out, acc);
+  }
+}
+
+void check_round(const RoundInput& in, int max_rows, int32_t vocab) {
+  const int m = static_cast<int>(in.tokens.size());
+  TF_CHECK(m > 0 && m == in.layout.rows(), "forward: ", m, " tokens but ", in.layout.rows(), " row positions");
+  TF_CHECK(m <= max_rows, "forward: round of ", m, " rows exceeds the reserved ", max_rows);
+  for (int32_t t : in.tokens) TF_CHECK(t >= 0 && t < vocab, "forward: token id ", t, " outside the vocabulary of ", vocab);
+  for (int32_t r : in.logit_rows) TF_CHECK(r >= 0 && r < m, "forward: logit row ", r, " outside the round of ", m);
+}
+
+void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
+                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits) {
+  const size_t n_logits = in.logit_rows.size();
+  logits.resize(n_logits * static_cast<size_t>(vocab));
+  for (size_t done = 0; done < n_logits;) {
+    const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s.max_logit_rows)));
+    Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, vocab};
+    b.gather_rows(x, in.logit_rows.data() + done, n, fr);
+    b.rmsnorm(fr, norm, eps, add_one, fr);
+    b.matmul(fr, head, nullptr, lg);
+    b.to_host(lg, logits.data() + done * static_cast<size_t>(vocab));
+    done += static_cast<size_t>(n);
   }
 }
 

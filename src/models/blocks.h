@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "formats/hf_config.h"
 #include "formats/weight_source.h"
+#include "models/model.h"
 
 namespace tf {
 
@@ -21,6 +22,10 @@ class WeightLoader {
   WeightPtr vector(const std::string& name, int64_t n);
   WeightPtr optional_vector(const std::string& name, int64_t n);
   bool has(const std::string& name) const { return src_.find(name) != nullptr; }
+  // Rows [row0, row0 + rows) of a [total_rows x cols] matrix (one part of a fused projection).
+  WeightPtr row_slice(const std::string& name, int64_t total_rows, int64_t row0, int64_t rows, int64_t cols);
+  // A tensor of rows * cols elements whose other dims are 1 (e.g. a [C x 1 x K] conv), as [rows x cols].
+  WeightPtr squeezed(const std::string& name, int64_t rows, int64_t cols);
   // Rows [row0, row0 + rows) of expert e of a stacked [experts x R x cols] tensor.
   WeightPtr expert_slice(const std::string& name, int64_t experts, int64_t e, int64_t total_rows,
                          int64_t row0, int64_t rows, int64_t cols);
@@ -41,6 +46,7 @@ struct AttentionBlock {
   AttnParams params;
 };
 
+// gate null: a plain MLP, down(act(up x)) (Nemotron-H); else down(act(gate x) * up x).
 struct MlpBlock {
   WeightPtr gate, up, down;
   Act act = Act::SiLU;
@@ -55,6 +61,11 @@ struct MoeBlock {
   int top_k = 0;
   bool norm_topk = false;
   int64_t inter = 0;
+  // Sigmoid router (Nemotron-H, DeepSeek-V3): grouped top-k on score + bias, weights times scale.
+  bool sigmoid = false;
+  WeightPtr router_bias;
+  int n_group = 1, topk_group = 1;
+  float routed_scale = 1.0f;
 };
 
 AttentionBlock load_attention(WeightLoader& L, const std::string& prefix, const HfConfig& cfg,
@@ -74,10 +85,17 @@ struct Scratch {
   std::vector<float> topk_w;
 };
 
+// rope.rot_dim == 0 (a default RopeParams): no rotary embedding (Nemotron-H attention).
 void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& rope, Tensor in,
                        Tensor out, Scratch& s, KvStorage& kv, int layer, const RowLayout& rows);
 void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor gate, Tensor up,
                  Tensor act);
 void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& s);
+
+// Checks a round's rows and tokens against the reserved scratch and the vocabulary.
+void check_round(const RoundInput& in, int max_rows, int32_t vocab);
+// Final norm and head over the rows in in.logit_rows of x, s.max_logit_rows at a time, into host logits.
+void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
+                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits);
 
 }  // namespace tf

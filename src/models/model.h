@@ -17,6 +17,7 @@ struct RoundInput {
   std::vector<int32_t> tokens;
   RowLayout layout;
   std::vector<int32_t> logit_rows;
+  StateRefs states;  // recurrent layers' state slots (empty for attention-only models)
 };
 
 class Model {
@@ -30,6 +31,10 @@ class Model {
   int64_t context_length() const { return config_.max_position_embeddings; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   const std::string& family() const { return family_; }
+  // Layers that keep KV pages (every layer of an attention-only model).
+  virtual int n_kv_layers() const { return n_layers(); }
+  // Floats of recurrent state one sequence carries (0: no recurrent layers).
+  virtual int64_t state_floats() const { return 0; }
 
   // Sizes scratch for rounds of up to max_rows rows, zero-filled now so it counts at startup.
   virtual void reserve(int max_rows) = 0;

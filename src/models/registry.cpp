@@ -9,12 +9,19 @@ namespace tf {
 std::unique_ptr<Model> build_llama(const ModelFiles&, const HfConfig&, Backend&);
 std::unique_ptr<Model> build_qwen3(const ModelFiles&, const HfConfig&, Backend&);
 std::unique_ptr<Model> build_qwen3_moe(const ModelFiles&, const HfConfig&, Backend&);
+std::unique_ptr<Model> build_nemotron_h(const ModelFiles&, const HfConfig&, Backend&);
+std::unique_ptr<Model> build_qwen3_next(const ModelFiles&, const HfConfig&, Backend&);
 
 const std::vector<ModelFamily>& model_registry() {
   static const std::vector<ModelFamily> families = {
       {"llama", {"LlamaForCausalLM", "llama", "MistralForCausalLM", "mistral", "Qwen2ForCausalLM", "qwen2"}, build_llama},
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}, build_qwen3},
       {"qwen3_moe", {"Qwen3MoeForCausalLM", "qwen3_moe", "Qwen2MoeForCausalLM", "qwen2_moe"}, build_qwen3_moe},
+      {"nemotron_h", {"NemotronHForCausalLM", "nemotron_h"}, build_nemotron_h},
+      {"qwen3_next",
+       {"Qwen3NextForCausalLM", "qwen3_next", "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3_5MoeForCausalLM",
+        "qwen3_5_moe_text"},
+       build_qwen3_next},
   };
   return families;
 }

@@ -72,11 +72,7 @@ void TransformerModel::reserve(int max_rows) {
 
 void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) {
   const int m = static_cast<int>(in.tokens.size());
-  TF_CHECK(m > 0 && m == in.layout.rows(), "forward: ", m, " tokens but ", in.layout.rows(), " row positions");
-  TF_CHECK(m <= s_.max_rows, "forward: round of ", m, " rows exceeds the reserved ", s_.max_rows);
-  const int32_t V = vocab_size();
-  for (int32_t t : in.tokens) TF_CHECK(t >= 0 && t < V, "forward: token id ", t, " outside the vocabulary of ", V);
-  const int64_t H = config_.hidden_size;
+  check_round(in, s_.max_rows, vocab_size());
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
   b_.embed(*embed, in.tokens.data(), m, x);
@@ -90,22 +86,7 @@ void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<
     else mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act);
     b_.add(x, o);
   }
-  const Weight& head = lm_head ? *lm_head : *embed;
-  const size_t n_logits = in.logit_rows.size();
-  logits.resize(n_logits * static_cast<size_t>(V));
-  for (size_t done = 0; done < n_logits;) {
-    const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s_.max_logit_rows)));
-    for (int i = 0; i < n; ++i) {
-      int32_t r = in.logit_rows[done + static_cast<size_t>(i)];
-      TF_CHECK(r >= 0 && r < m, "forward: logit row ", r, " outside the round of ", m);
-    }
-    Tensor fr{s_.final_rows.data, n, H}, lg{s_.logits.data, n, V};
-    b_.gather_rows(x, in.logit_rows.data() + done, n, fr);
-    b_.rmsnorm(fr, *final_norm, eps, false, fr);
-    b_.matmul(fr, head, nullptr, lg);
-    b_.to_host(lg, logits.data() + done * static_cast<size_t>(V));
-    done += static_cast<size_t>(n);
-  }
+  final_logits(b_, x, in, *final_norm, eps, false, lm_head ? *lm_head : *embed, s_, vocab_size(), logits);
 }
 
 std::unique_ptr<TransformerModel> build_decoder(const ModelFiles& files, const HfConfig& cfg, Backend& backend,

@@ -72,6 +72,13 @@ void ApiServer::load() {
   log_info(plan_.note);
   eo.cache_pages = plan_.cache_pages;
   eo.host_cache_bytes = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
+  if (model_->state_floats() > 0 && backend_->device_memory_total() > 0) {
+    // On a GPU the kept recurrent states live in host memory: one per cached chunk, within a quarter of RAM.
+    const uint64_t marks = static_cast<uint64_t>(eo.cache_pages) * static_cast<uint64_t>(eo.page_size) /
+                           static_cast<uint64_t>(eo.chunk);
+    eo.state_cache_bytes = std::max<uint64_t>(1, std::min<uint64_t>(marks * static_cast<uint64_t>(model_->state_floats()) *
+                                                                     sizeof(float), total_ram_bytes() / 4));
+  }
   engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
   engine_thread_ = std::thread([this] { engine_loop(); });
   const auto st = engine_->stats();
@@ -101,14 +108,22 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   in.limit = device_total > 0 ? static_cast<uint64_t>(opt_.memory_fraction * static_cast<double>(device_total))
                               : static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes()));
   in.footprint = device_total > 0 ? backend_->device_bytes_in_use() : process_memory().rss_bytes;
-  in.page_bytes = 2ull * static_cast<uint64_t>(model_->n_layers()) * eo.page_size * model_->n_kv_heads() *
-                  model_->head_dim() * sizeof(float);
+  const uint64_t kv_page_bytes = 2ull * static_cast<uint64_t>(std::max(1, model_->n_kv_layers())) * eo.page_size *
+                                 model_->n_kv_heads() * model_->head_dim() * sizeof(float);
+  in.page_bytes = kv_page_bytes;
+  // Recurrent layers: two state slots per lane, three spare slots, and one kept snapshot per
+  // chunk of cached pages (host memory: on the CPU it shares the limit, so a page carries its part).
+  const uint64_t state_bytes = static_cast<uint64_t>(model_->state_floats()) * sizeof(float);
+  if (state_bytes > 0 && device_total == 0)
+    in.page_bytes += (state_bytes * static_cast<uint64_t>(eo.page_size) + static_cast<uint64_t>(eo.chunk) - 1) /
+                     static_cast<uint64_t>(eo.chunk);
+  in.footprint += 3 * state_bytes;
   const uint64_t pages_per_lane = (static_cast<uint64_t>(ctx) + eo.page_size - 1) / eo.page_size;
   // A lane's first prompt at the full window touches its KV pages, its sampler's vocabulary
   // buffers, and request state (body, token lists, JSON: about 64 bytes a token) plus a MiB of
   // allocator slack (bench/bench_memory.py measures the sum).
   in.per_lane_bytes = pages_per_lane * in.page_bytes + 4ull * sizeof(float) * static_cast<uint64_t>(model_->vocab_size()) +
-                      64ull * static_cast<uint64_t>(ctx) + (1ull << 20);
+                      64ull * static_cast<uint64_t>(ctx) + (1ull << 20) + 2 * state_bytes;
   in.lanes = eo.lanes;
   in.requested_cache_bytes = opt_.prompt_cache_gib < 0 ? -1 : static_cast<int64_t>(opt_.prompt_cache_gib * static_cast<double>(1ull << 30));
   in.over_cap = opt_.prompt_cache_over_cap;
@@ -247,6 +262,9 @@ std::string ApiServer::memory_json() const {
       {"kv_pool", {{"pages_total", st.pages_total}, {"pages_free", st.pages_free}, {"pages_kept", st.pages_kept},
                    {"pages_used", st.pages_used}, {"page_size", st.page_size}, {"page_bytes", page_bytes},
                    {"bytes", st.kv_bytes}, {"lane_pages", st.lane_pages}}},
+      {"recurrent_state", {{"slots", st.state_slots}, {"slots_used", st.state_slots_used},
+                           {"slot_bytes", st.state_bytes}, {"kept", st.cache.states},
+                           {"kept_bytes", st.cache.state_bytes}}},
       {"lanes", {{"count", st.lanes}, {"busy", st.lanes_busy}, {"first_use_bytes", plan_.per_lane_bytes},
                  {"scratch_rows", st.scratch_rows}}},
       {"plan", {{"footprint_bytes", plan_.footprint}, {"lanes_bytes", plan_.lanes_bytes},

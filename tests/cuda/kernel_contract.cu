@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_factory.h"
 #include "contract.h"
+#include "contract_recurrent.h"
 
 using namespace tf;
 using namespace tf::contract;
@@ -37,6 +38,98 @@ AttnParams attn(int heads, int kv_heads, int hd, int window = 0, float softcap =
   p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   p.sliding_window = window, p.softcap = softcap;
   return p;
+}
+
+const std::vector<SeqSpec> kSmallSeqs{{21, false, false}, {1, true, false}, {5, true, true},
+                                      {8, false, false},  {3, false, false}, {2, true, true}};
+
+SsmParams ssm_params(int heads, int hd, int groups, int n, int chunk, float dt_min, float dt_max) {
+  SsmParams p;
+  p.heads = heads, p.head_dim = hd, p.groups = groups, p.state_size = n, p.chunk = chunk;
+  p.dt_min = dt_min, p.dt_max = dt_max;
+  return p;
+}
+
+DeltaParams delta_params(int kh, int vh, int kd, int vd, int chunk) {
+  DeltaParams p;
+  p.k_heads = kh, p.v_heads = vh, p.k_dim = kd, p.v_dim = vd, p.chunk = chunk;
+  return p;
+}
+
+// The hybrid models' ops (contract_hybrid_rows.cpp, contract_recurrent.cpp).
+void add_hybrid_kernels(std::vector<Case>& v) {
+  v.push_back({"topk_sigmoid_grouped n=64 8/4 k=6 bias norm", [](Backend& g, Backend& c) {
+                 return sigmoid_topk_gate(real_sigmoid_topk(), g, c, 64, 8, 4, 6, true, true, 2.5f, 81);
+               }});
+  v.push_back({"topk_sigmoid_grouped n=45 3/2 k=5", [](Backend& g, Backend& c) {
+                 return sigmoid_topk_gate(real_sigmoid_topk(), g, c, 45, 3, 2, 5, false, false, 1.0f, 82);
+               }});
+  for (Act a : {Act::SiLU, Act::GeluTanh, Act::Relu2})
+    v.push_back({"activate " + std::to_string(static_cast<int>(a)),
+                 [a](Backend& g, Backend& c) { return activate_gate(real_activate(), g, c, a, 83); }});
+  v.push_back({"mul_sigmoid C=333", [](Backend& g, Backend& c) {
+                 return mul_sigmoid_gate(real_mul_sigmoid(), g, c, 333, 84);
+               }});
+  v.push_back({"gated_rmsnorm F32 C=256 group=64 norm_first", [](Backend& g, Backend& c) {
+                 return gated_rmsnorm_gate(real_gated_rmsnorm(), g, c, DType::F32, 256, 64, true, 85);
+               }});
+  v.push_back({"gated_rmsnorm BF16 C=150 group=50 gate_first", [](Backend& g, Backend& c) {
+                 return gated_rmsnorm_gate(real_gated_rmsnorm(), g, c, DType::BF16, 150, 50, false, 86);
+               }});
+  v.push_back({"copy", [](Backend& g, Backend& c) { return copy_gate(real_copy(), g, c, 87); }});
+  v.push_back({"conv1d_causal C=37 K=4 F32 bias silu", [](Backend& g, Backend& c) {
+                 return conv_gate(real_conv(), g, c, 37, 4, DType::F32, true, true, kSmallSeqs, 88);
+               }});
+  v.push_back({"conv1d_causal C=300 K=3 BF16", [](Backend& g, Backend& c) {
+                 return conv_gate(real_conv(), g, c, 300, 3, DType::BF16, false, false, kSmallSeqs, 89);
+               }});
+  v.push_back({"ssm_scan 4 heads x 5, 2 groups, N=7, chunk 8", [](Backend& g, Backend& c) {
+                 return ssm_gate(real_ssm(), g, c, ssm_params(4, 5, 2, 7, 8, 0.1f, 0.0f), kSmallSeqs, 90);
+               }});
+  v.push_back({"ssm_scan 2 heads x 64, N=128, chunk 256, dt_max", [](Backend& g, Backend& c) {
+                 return ssm_gate(real_ssm(), g, c, ssm_params(2, 64, 1, 128, 256, 0.0f, 0.9f),
+                                 {{300, false, false}, {1, true, false}, {3, true, true}, {37, false, false}}, 91);
+               }});
+  v.push_back({"gated_delta 2/4 heads k_dim=12 v_dim=45 chunk 8", [](Backend& g, Backend& c) {
+                 return delta_gate(real_delta(), g, c, delta_params(2, 4, 12, 45, 8), kSmallSeqs, 92);
+               }});
+  v.push_back({"gated_delta 1/2 heads k_dim=128 v_dim=128 chunk 64", [](Backend& g, Backend& c) {
+                 return delta_gate(real_delta(), g, c, delta_params(1, 2, 128, 128, 64),
+                                   {{150, false, false}, {1, true, false}, {4, true, true}, {64, false, false}}, 93);
+               }});
+}
+
+void add_hybrid_controls(std::vector<Case>& v) {
+  v.push_back({"topk_sigmoid_grouped ignoring the groups", [](Backend& g, Backend& c) {
+                 return sigmoid_topk_gate(control_sigmoid_topk_no_groups(), g, c, 64, 8, 4, 6, true, true, 2.5f, 81);
+               }});
+  v.push_back({"activate rounding to bf16", [](Backend& g, Backend& c) {
+                 return activate_gate(control_activate_bf16(), g, c, Act::SiLU, 83);
+               }});
+  v.push_back({"mul_sigmoid reading the gate at column 0", [](Backend& g, Backend& c) {
+                 return mul_sigmoid_gate(control_mul_sigmoid_col0(), g, c, 333, 84);
+               }});
+  v.push_back({"gated_rmsnorm over the whole row", [](Backend& g, Backend& c) {
+                 return gated_rmsnorm_gate(control_gated_rmsnorm_whole_row(), g, c, DType::F32, 256, 64, true, 85);
+               }});
+  v.push_back({"copy dropping the last row", [](Backend& g, Backend& c) {
+                 return copy_gate(control_copy_short(), g, c, 87);
+               }});
+  v.push_back({"conv1d_causal starting from a zero state", [](Backend& g, Backend& c) {
+                 return conv_gate(control_conv_zero_state(), g, c, 37, 4, DType::F32, true, true, kSmallSeqs, 88);
+               }});
+  v.push_back({"ssm_scan whose chunk depends on the row count", [](Backend& g, Backend& c) {
+                 return ssm_gate(control_ssm_chunk_by_rows(), g, c, ssm_params(4, 5, 2, 7, 8, 1e-3f, 0.0f), kSmallSeqs, 90);
+               }});
+  v.push_back({"ssm_scan step form not writing kept states", [](Backend& g, Backend& c) {
+                 return ssm_gate(control_ssm_no_keep(), g, c, ssm_params(4, 5, 2, 7, 8, 1e-3f, 0.0f), kSmallSeqs, 90);
+               }});
+  v.push_back({"gated_delta whose chunk depends on the row count", [](Backend& g, Backend& c) {
+                 return delta_gate(control_delta_chunk_by_rows(), g, c, delta_params(2, 4, 12, 45, 8), kSmallSeqs, 92);
+               }});
+  v.push_back({"gated_delta starting from a zero state", [](Backend& g, Backend& c) {
+                 return delta_gate(control_delta_zero_state(), g, c, delta_params(2, 4, 12, 45, 8), kSmallSeqs, 92);
+               }});
 }
 
 std::vector<Case> kernels() {
@@ -99,6 +192,7 @@ std::vector<Case> kernels() {
   at("L=300 8/2 hd=128", 300, attn(8, 2, 128), 16, 72);
   at("L=70 4/4 hd=80 window=7 softcap=30", 70, attn(4, 4, 80, 7, 30.0f), 8, 73);
   at("L=45 2/1 hd=256", 45, attn(2, 1, 256), 32, 74);
+  add_hybrid_kernels(v);
   return v;
 }
 
@@ -137,6 +231,7 @@ std::vector<Case> controls() {
   v.push_back({"scatter_add applied in reverse order", [](Backend& g, Backend& c) {
                  return gather_scatter_gate(control_scatter_reversed(), g, c, 53);
                }});
+  add_hybrid_controls(v);
   return v;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 // Loads a golden fixture model and runs requests through the engine for tests.
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -32,10 +33,12 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
 };
 
+// TF_TEST_DEVICE=cuda runs the model tests on the GPU (a build with TF_CUDA); default cpu.
 inline std::unique_ptr<LoadedModel> load_fixture(const std::string& path, int threads = 2) {
   auto m = std::make_unique<LoadedModel>();
   m->files = open_model(path);
-  m->backend = make_cpu_backend(threads);
+  const char* device = std::getenv("TF_TEST_DEVICE");
+  m->backend = make_backend(device && *device ? device : "cpu", threads);
   m->model = load_model(m->files, *m->backend);
   return m;
 }

@@ -166,4 +166,46 @@ TEST(PrefixStore, HostTierRestoresEvictedPages) {
   EXPECT_TRUE(store.match("", a, 2).empty());
 }
 
+TEST(PrefixStore, StateSnapshotsCutTheMatchAndObeyTheirBudget) {
+  PagePool pool(32, 4);
+  PrefixStore store(pool, 4, 1);
+  store.set_device_cap(32);
+  store.set_state_budget(2 * 3 * sizeof(float));  // two snapshots of 3 floats
+  auto t = seq(20, 0);
+  run_lane(pool, store, "", t, 4);
+  auto snap = [](float v) { return std::make_shared<const std::vector<float>>(3, v); };
+  StateSnapshot got;
+  auto pages = store.match_state("", t, 5, got);
+  EXPECT_TRUE(pages.empty()) << "no snapshot: nothing to resume from";
+  EXPECT_FALSE(got);
+  store.attach_state("", t, 2, snap(2));
+  store.attach_state("", t, 4, snap(4));
+  pages = store.match_state("", t, 3, got);
+  ASSERT_EQ(pages.size(), 2u) << "cut back to the deepest page with a state";
+  ASSERT_TRUE(got);
+  EXPECT_EQ((*got)[0], 2.0f);
+  pool.release(pages);
+  pages = store.match_state("", t, 5, got);
+  ASSERT_EQ(pages.size(), 4u);
+  EXPECT_EQ((*got)[0], 4.0f);
+  pool.release(pages);
+  // A third snapshot passes the budget: the least recently used goes.
+  store.attach_state("", t, 1, snap(1));
+  EXPECT_EQ(store.stats().states, 2u);
+  pages = store.match_state("", t, 3, got);
+  ASSERT_EQ(pages.size(), 1u) << "the snapshot at page 2 was the least recently used";
+  pool.release(pages);
+  // Another salt sees none of them; a state on a page that was never cached is ignored.
+  EXPECT_TRUE(store.match_state("x", t, 5, got).empty());
+  auto other = seq(8, 500);
+  store.attach_state("", other, 2, snap(9));
+  EXPECT_EQ(store.stats().states, 2u);
+  EXPECT_TRUE(store.check());
+  // Evicting a page drops the snapshots on it.
+  store.evict_until_free(32);
+  EXPECT_EQ(store.stats().states, 0u);
+  EXPECT_EQ(store.stats().state_bytes, 0u);
+  EXPECT_TRUE(store.check());
+}
+
 }  // namespace tf

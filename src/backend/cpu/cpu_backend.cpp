@@ -252,6 +252,14 @@ void CpuBackend::scale(Tensor x, float s) {
   });
 }
 
+void CpuBackend::copy(const Tensor& src, Tensor dst) {
+  check_tensor(src, "copy", "src");
+  check_tensor(dst, "copy", "dst");
+  TF_CHECK(src.rows == dst.rows && src.cols == dst.cols, "copy: src [", src.rows, " x ", src.cols, "] into dst [",
+           dst.rows, " x ", dst.cols, "]");
+  std::memmove(dst.data, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float));
+}
+
 void CpuBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) {
   check_tensor(src, "gather_rows", "src");
   check_tensor(dst, "gather_rows", "dst");

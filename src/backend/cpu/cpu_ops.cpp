@@ -4,39 +4,10 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_scalar.h"
 #include "base/error.h"
 
 namespace tf::cpu {
-
-namespace {
-
-// Sum of squares: 8 lane sums over k < n rounded to 8, a fixed tree, then the tail in order.
-float sum_squares(const float* x, int64_t n) {
-  float a[8] = {};
-  const int64_t n8 = n & ~int64_t{7};
-  for (int64_t k = 0; k < n8; k += 8)
-    for (int j = 0; j < 8; ++j) a[j] += x[k + j] * x[k + j];
-  float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-  for (int64_t k = n8; k < n; ++k) s += x[k] * x[k];
-  return s;
-}
-
-float act_value(Act act, float g) {
-  switch (act) {
-    case Act::SiLU: return g / (1.0f + std::exp(-g));
-    case Act::GeluTanh: {
-      const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-      return 0.5f * g * (1.0f + std::tanh(c * (g + 0.044715f * g * g * g)));
-    }
-    case Act::Relu2: {
-      const float r = g > 0.0f ? g : 0.0f;
-      return r * r;
-    }
-  }
-  return 0.0f;
-}
-
-}  // namespace
 
 void CpuBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add_one, Tensor y) {
   const CpuWeight& g = as_cpu(gw, "rmsnorm");

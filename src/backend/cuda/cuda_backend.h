@@ -76,6 +76,21 @@ class CudaBackend : public Backend {
                  const RowLayout& rows, const AttnParams& p) override;
   void topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
                     float* w_out) override;
+  void topk_sigmoid_grouped(const Tensor& logits, const Weight* bias, int n_group, int topk_group,
+                            int k, bool norm, float scale, int32_t* idx_out, float* w_out) override;
+  void activate(Act act, const Tensor& x, Tensor out) override;
+  void mul_sigmoid(Tensor y, Cols gate) override;
+  void gated_rmsnorm(const Tensor& x, Cols z, const Weight& g, int group, float eps,
+                     bool norm_first, Tensor y) override;
+  void conv1d_causal(const Tensor& x, const Weight& w, const Weight* bias, bool silu,
+                     const RowLayout& rows, const StateRefs& st, int64_t off, Tensor out) override;
+  void ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_log, const Weight& D,
+                const Weight& dt_bias, const SsmParams& p, const RowLayout& rows,
+                const StateRefs& st, int64_t off, Tensor y) override;
+  void gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weight& A_log,
+                   const Weight& dt_bias, const DeltaParams& p, const RowLayout& rows,
+                   const StateRefs& st, int64_t off, Tensor y) override;
+  void copy(const Tensor& src, Tensor dst) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) override;
   void scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows, const float* w,
                           int n) override;

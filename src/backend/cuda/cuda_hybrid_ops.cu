@@ -1,0 +1,191 @@
+// Row ops of the hybrid models (Mamba2, Gated DeltaNet, sigmoid routers) and state copies:
+// each output reads only its own row's inputs in a fixed order.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_state.cuh"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+
+namespace {
+
+constexpr int kNormThreads = 128;
+
+// The formulas of act_mul (cuda_ops.cu), without the up factor.
+__device__ __forceinline__ float act_of(int act, float g) {
+  if (act == 0) return g / (1.0f + expf(-g));
+  if (act == 1) {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+  }
+  const float r = g > 0.0f ? g : 0.0f;
+  return r * r;
+}
+
+__device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+__global__ void activate_kernel(int act, const float* x, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = act_of(act, x[i]);
+}
+
+__global__ void sigmoid_kernel(const float* x, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = sigmoid_f(x[i]);
+}
+
+__global__ void mul_sigmoid_kernel(float* y, int64_t cols, const float* g, int64_t ldg, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t r = i / cols, c = i % cols;
+  y[i] = y[i] * sigmoid_f(g[r * ldg + c]);
+}
+
+// Block per (row, group): thread t sums squares of columns t (mod 128) in order, then the fixed
+// halving tree. norm_first: x / rms(x) * g * silu(z); else u = x silu(z), u / rms(u) * g.
+__global__ void gated_rmsnorm_kernel(const float* x, int64_t cols, const float* z, int64_t ldz,
+                                     const float* g, int group, float eps, bool norm_first, float* y) {
+  __shared__ float sh[kNormThreads];
+  const int64_t r = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * group;
+  const float* xr = x + r * cols + c0;
+  const float* zr = z + r * ldz + c0;
+  float* yr = y + r * cols + c0;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < group; i += kNormThreads) {
+    const float u = norm_first ? xr[i] : xr[i] * act_of(0, zr[i]);
+    s = __fadd_rn(s, __fmul_rn(u, u));
+  }
+  s = block_sum<kNormThreads>(s, sh);
+  const float inv = 1.0f / sqrtf(s / static_cast<float>(group) + eps);
+  for (int i = threadIdx.x; i < group; i += kNormThreads) {
+    const float sz = act_of(0, zr[i]);
+    yr[i] = norm_first ? ((xr[i] * inv) * g[c0 + i]) * sz : ((xr[i] * sz) * inv) * g[c0 + i];
+  }
+}
+
+// Ranks a before b: larger value first, NaN as lowest, ties to the lower index.
+bool ranks_before(const float* v, int32_t a, int32_t b) {
+  const float va = std::isnan(v[a]) ? -INFINITY : v[a];
+  const float vb = std::isnan(v[b]) ? -INFINITY : v[b];
+  return va > vb || (va == vb && a < b);
+}
+
+}  // namespace
+
+void CudaBackend::activate(Act act, const Tensor& x, Tensor out) {
+  check_tensor(x, "activate", "x");
+  check_tensor(out, "activate", "out");
+  TF_CHECK(x.rows == out.rows && x.cols == out.cols, "activate: x [", x.rows, " x ", x.cols,
+           "] into out [", out.rows, " x ", out.cols, "]");
+  const int64_t n = x.rows * x.cols;
+  if (n == 0) return;
+  const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
+  activate_kernel<<<grid_for(n, 256), 256>>>(a, x.data, out.data, n);
+  check_launch("activate");
+}
+
+void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
+  check_tensor(y, "mul_sigmoid", "y");
+  check_cols(gate, y.rows, y.cols, "mul_sigmoid", "gate");
+  const int64_t n = y.rows * y.cols;
+  if (n == 0) return;
+  mul_sigmoid_kernel<<<grid_for(n, 256), 256>>>(y.data, y.cols, gate.at(0), gate.t.cols, n);
+  check_launch("mul_sigmoid");
+}
+
+void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int group, float eps,
+                                bool norm_first, Tensor y) {
+  check_tensor(x, "gated_rmsnorm", "x");
+  check_tensor(y, "gated_rmsnorm", "y");
+  TF_CHECK(group > 0 && x.cols % group == 0 && y.rows == x.rows && y.cols == x.cols,
+           "gated_rmsnorm: x [", x.rows, " x ", x.cols, "] in groups of ", group, " into y [", y.rows,
+           " x ", y.cols, "]");
+  check_cols(z, x.rows, x.cols, "gated_rmsnorm", "z");
+  const float* g = vec_f32(&gw, x.cols, "gated_rmsnorm", "g");
+  if (x.rows == 0 || x.cols == 0) return;
+  const int64_t groups = x.cols / group;
+  TF_CHECK(x.rows <= 0x7fffffff && groups <= 65535, "gated_rmsnorm: ", x.rows, " rows of ", groups,
+           " groups");
+  gated_rmsnorm_kernel<<<dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)),
+                         kNormThreads>>>(x.data, x.cols, z.at(0), z.t.cols, g, group, eps,
+                                         norm_first, y.data);
+  check_launch("gated_rmsnorm");
+}
+
+void CudaBackend::copy(const Tensor& src, Tensor dst) {
+  check_tensor(src, "copy", "src");
+  check_tensor(dst, "copy", "dst");
+  TF_CHECK(src.rows == dst.rows && src.cols == dst.cols, "copy: src [", src.rows, " x ", src.cols,
+           "] into dst [", dst.rows, " x ", dst.cols, "]");
+  const uint64_t bytes = static_cast<uint64_t>(src.rows * src.cols) * sizeof(float);
+  if (bytes == 0 || src.data == dst.data) return;
+  const auto* s = reinterpret_cast<const uint8_t*>(src.data);
+  const auto* d = reinterpret_cast<const uint8_t*>(dst.data);
+  TF_CHECK(s + bytes <= d || d + bytes <= s, "copy: src and dst overlap in part");
+  TF_CUDA_CHECK(cudaMemcpy(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice), "copy [", src.rows,
+                " x ", src.cols, "]");
+}
+
+void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias, int n_group,
+                                       int topk_group, int k, bool norm, float scale,
+                                       int32_t* idx_out, float* w_out) {
+  const char* op = "topk_sigmoid_grouped";
+  check_tensor(logits, op, "logits");
+  const int64_t n = logits.cols;
+  TF_CHECK(n_group >= 1 && n % n_group == 0 && topk_group >= 1 && topk_group <= n_group && k >= 1 &&
+               k <= static_cast<int64_t>(topk_group) * (n / n_group),
+           op, ": ", n, " experts in ", n_group, " groups, best ", topk_group, " groups, k ", k);
+  TF_CHECK(logits.rows == 0 || (idx_out != nullptr && w_out != nullptr), op, ": null outputs");
+  const float* d_bias = vec_f32(bias, n, op, "bias");
+  if (logits.rows == 0) return;
+  const uint64_t total = static_cast<uint64_t>(logits.rows * n);
+  auto* d_s = reinterpret_cast<float*>(scratch(total * 4));
+  sigmoid_kernel<<<grid_for(static_cast<int64_t>(total), 256), 256>>>(logits.data, d_s,
+                                                                      static_cast<int64_t>(total));
+  check_launch(op);
+  std::vector<float> sc(total), hb;
+  TF_CUDA_CHECK(cudaMemcpy(sc.data(), d_s, total * 4, cudaMemcpyDeviceToHost), op);
+  if (d_bias) {
+    hb.resize(static_cast<size_t>(n));
+    TF_CUDA_CHECK(cudaMemcpy(hb.data(), d_bias, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost), op);
+  }
+  // The selection runs on the host on the device scores, as the cpu backend ranks them.
+  const int64_t gsize = n / n_group;
+  std::vector<float> biased(static_cast<size_t>(n)), gscore(static_cast<size_t>(n_group));
+  std::vector<int32_t> gorder(static_cast<size_t>(n_group)), cand;
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const float* s = sc.data() + r * n;
+    for (int64_t i = 0; i < n; ++i) biased[static_cast<size_t>(i)] = d_bias ? s[i] + hb[static_cast<size_t>(i)] : s[i];
+    for (int gi = 0; gi < n_group; ++gi) {
+      int32_t b1 = -1, b2 = -1;
+      for (int64_t i = gi * gsize; i < (gi + 1) * gsize; ++i) {
+        const int32_t e = static_cast<int32_t>(i);
+        if (b1 < 0 || ranks_before(biased.data(), e, b1)) b2 = b1, b1 = e;
+        else if (b2 < 0 || ranks_before(biased.data(), e, b2)) b2 = e;
+      }
+      const float v1 = biased[static_cast<size_t>(b1)];
+      gscore[static_cast<size_t>(gi)] = b2 < 0 ? v1 : v1 + biased[static_cast<size_t>(b2)];
+      gorder[static_cast<size_t>(gi)] = gi;
+    }
+    std::partial_sort(gorder.begin(), gorder.begin() + topk_group, gorder.end(),
+                      [&](int32_t a, int32_t b) { return ranks_before(gscore.data(), a, b); });
+    cand.clear();
+    for (int gi = 0; gi < topk_group; ++gi)
+      for (int64_t i = 0; i < gsize; ++i)
+        cand.push_back(static_cast<int32_t>(gorder[static_cast<size_t>(gi)] * gsize + i));
+    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
+                      [&](int32_t a, int32_t b) { return ranks_before(biased.data(), a, b); });
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += s[cand[static_cast<size_t>(j)]];
+    for (int j = 0; j < k; ++j) {
+      const int32_t id = cand[static_cast<size_t>(j)];
+      idx_out[r * k + j] = id;
+      w_out[r * k + j] = (norm ? s[id] / (sum + 1e-20f) : s[id]) * scale;
+    }
+  }
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,405 @@
+// Recurrent-state ops on the GPU: the depthwise causal conv and the Mamba2 (SSD) scan.
+//
+// Order rule: a block works on one sequence (and one head, one tile of channels); rows are
+// walked in order, every sum has one fixed order, and chunks of the chunked form are counted
+// from the sequence's first row of the call. Nothing depends on the other sequences, the row
+// count of the round or the tile a channel falls in.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_state.cuh"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+
+SeqJobs plan_seqs(const RowLayout& rows, const StateRefs& st, int64_t off, int64_t floats,
+                  int64_t m, const char* op, bool has_forms) {
+  TF_CHECK(static_cast<int64_t>(rows.pos.size()) == m && static_cast<int64_t>(rows.seq.size()) == m,
+           op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(), " seq ids for ",
+           m, " rows");
+  SeqJobs jobs;
+  if (m == 0) return jobs;
+  const size_t nseq = st.src.size();
+  TF_CHECK(st.pool != nullptr && nseq > 0, op, ": no recurrent state for ", m, " rows");
+  TF_CHECK(st.dst.size() == nseq && st.step.size() == nseq && (st.keep.empty() || st.keep.size() == nseq),
+           op, ": state refs have ", nseq, " src, ", st.dst.size(), " dst, ", st.step.size(), " step and ",
+           st.keep.size(), " keep entries");
+  TF_CHECK(off >= 0 && floats >= 0 && st.slot_floats > 0 && off <= st.slot_floats - floats, op,
+           ": layer state of ", floats, " floats at offset ", off, " does not fit a slot of ",
+           st.slot_floats);
+  TF_CHECK(m <= 0x7fffffff, op, ": ", m, " rows");
+  std::vector<int32_t> first(nseq, -1), count(nseq, 0);
+  for (int64_t r = 0; r < m; ++r) {
+    const int32_t s = rows.seq[static_cast<size_t>(r)];
+    TF_CHECK(s >= 0 && static_cast<size_t>(s) < nseq, op, ": row ", r, " has seq ", s, " of ", nseq);
+    auto& f = first[static_cast<size_t>(s)];
+    auto& c = count[static_cast<size_t>(s)];
+    if (f < 0) {
+      f = static_cast<int32_t>(r);
+    } else {
+      TF_CHECK(r == f + c, op, ": rows of seq ", s, " are not contiguous (row ", r, ")");
+      TF_CHECK(rows.pos[static_cast<size_t>(r)] == rows.pos[static_cast<size_t>(r - 1)] + 1, op,
+               ": row ", r, " of seq ", s, " at position ", rows.pos[static_cast<size_t>(r)],
+               " does not follow position ", rows.pos[static_cast<size_t>(r - 1)]);
+    }
+    ++c;
+  }
+  std::set<int32_t> srcs, dsts;
+  for (size_t s = 0; s < nseq; ++s)
+    if (count[s] > 0) srcs.insert(st.src[s]);
+  for (size_t s = 0; s < nseq; ++s) {
+    if (count[s] == 0) continue;
+    const int32_t src = st.src[s], dst = st.dst[s];
+    TF_CHECK(src >= 0 && dst >= 0 && src != dst, op, ": seq ", s, " reads slot ", src,
+             " and writes slot ", dst);
+    TF_CHECK(dsts.insert(dst).second && srcs.count(dst) == 0, op, ": seq ", s, " writes slot ", dst,
+             " that another sequence of the round reads or writes");
+    TF_CHECK(st.step[s] <= 1, op, ": seq ", s, " has step ", static_cast<int>(st.step[s]));
+    SeqJob j;
+    j.src = static_cast<int64_t>(src) * st.slot_floats + off;
+    j.dst = static_cast<int64_t>(dst) * st.slot_floats + off;
+    j.row0 = first[s];
+    j.n = count[s];
+    if (!st.keep.empty() && !st.keep[s].empty()) {
+      const auto& kp = st.keep[s];
+      TF_CHECK(!has_forms || st.step[s] == 1, op, ": seq ", s,
+               " asks for kept states in the chunked form (keep needs step)");
+      TF_CHECK(static_cast<int64_t>(kp.size()) == count[s] - 1, op, ": seq ", s, " has ", kp.size(),
+               " keep slots for ", count[s], " rows");
+      TF_CHECK(st.keep_pool != nullptr, op, ": seq ", s, " has keep slots but no keep pool");
+      j.keep0 = static_cast<int32_t>(jobs.keep.size());
+      j.nkeep = static_cast<int32_t>(kp.size());
+      for (int32_t k : kp) {
+        TF_CHECK(k >= 0, op, ": seq ", s, " keep slot ", k);
+        jobs.keep.push_back(static_cast<int64_t>(k) * st.slot_floats + off);
+      }
+    }
+    (has_forms && st.step[s] == 1 ? jobs.step : jobs.chunked).push_back(j);
+  }
+  return jobs;
+}
+
+DevJobs upload_jobs(CudaBackend& be, const SeqJobs& j) {
+  const uint64_t js = sizeof(SeqJob);
+  const uint64_t n_step = j.step.size(), n_chunk = j.chunked.size(), n_keep = j.keep.size();
+  const uint64_t keep_at = (n_step + n_chunk) * js;
+  uint8_t* s = be.scratch(keep_at + n_keep * 8 + 16);
+  be.upload_bytes(s, j.step.data(), n_step * js);
+  be.upload_bytes(s + n_step * js, j.chunked.data(), n_chunk * js);
+  be.upload_bytes(s + keep_at, j.keep.data(), n_keep * 8);
+  DevJobs d;
+  d.step = reinterpret_cast<const SeqJob*>(s);
+  d.chunked = reinterpret_cast<const SeqJob*>(s + n_step * js);
+  d.keep = reinterpret_cast<const int64_t*>(s + keep_at);
+  return d;
+}
+
+int max_smem_optin() {
+  int dev = 0, v = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev), "shared memory limit");
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                "shared memory limit");
+  return v;
+}
+
+// A 1-row weight of n entries, as f32 on the device.
+const float* vec_f32(const Weight* w, int64_t n, const char* op, const char* what) {
+  if (w == nullptr) return nullptr;
+  const CudaWeight& cw = as_cuda(*w, op);
+  TF_CHECK(cw.rows == 1 && cw.cols == n && cw.f32 != nullptr, op, ": ", what, " ", cw.name, " is [",
+           cw.rows, " x ", cw.cols, "]; expected [1 x ", n, "]");
+  return cw.f32;
+}
+
+void check_cols(const Cols& c, int64_t m, int64_t width, const char* op, const char* what) {
+  check_tensor(c.t, op, what);
+  TF_CHECK(c.t.rows == m && c.col >= 0 && width >= 0 && c.col + width <= c.t.cols, op, ": ", what,
+           " columns [", c.col, ", ", c.col + width, ") of [", c.t.rows, " x ", c.t.cols, "] for ",
+           m, " rows");
+}
+
+namespace {
+
+constexpr int kMaxConvK = 8;
+constexpr int kConvThreads = 128;
+constexpr int kMaxStateLanes = 8;  // ssm state_size up to 256 in the step form
+constexpr int kSsmThreads = 256;
+constexpr int kSsmStepWarps = 4;
+
+__device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
+
+// HF softplus (threshold 20), then clamp; comparisons keep NaN.
+__device__ __forceinline__ float ssm_dt(float raw, float bias, float lo, float hi) {
+  const float v = raw + bias;
+  float d = v > 20.0f ? v : log1pf(expf(v));
+  if (d < lo) d = lo;
+  if (hi > 0.0f && d > hi) d = hi;
+  return d;
+}
+
+struct ConvArgs {
+  const float* x;
+  float* out;
+  int dt;
+  const void* w;
+  const float* wscales;
+  const float* bias;
+  float* pool;
+  float* keep_pool;
+  const SeqJob* jobs;
+  const int64_t* keep;
+  int64_t C;
+  int K;
+  bool silu;
+};
+
+// One thread per (sequence, channel): the K - 1 inputs before each row live in registers.
+__global__ void conv_kernel(ConvArgs a) {
+  const SeqJob j = a.jobs[blockIdx.x];
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
+  if (c >= a.C) return;
+  const int H = a.K - 1;
+  float hist[kMaxConvK], w[kMaxConvK];
+#pragma unroll
+  for (int i = 0; i < kMaxConvK; ++i) {
+    hist[i] = i < H ? a.pool[j.src + i * a.C + c] : 0.0f;
+    w[i] = i < a.K ? load_elem(a.dt, a.w, a.wscales, c * a.K + i) : 0.0f;
+  }
+  const float b = a.bias ? a.bias[c] : 0.0f;
+  for (int t = 0; t < j.n; ++t) {
+    const int64_t r = j.row0 + t;
+    const float xv = a.x[r * a.C + c];
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxConvK; ++i)
+      if (i < H) acc = __fmaf_rn(w[i], hist[i], acc);
+    acc = __fmaf_rn(w[H], xv, acc);
+    if (a.bias) acc = acc + b;
+    a.out[r * a.C + c] = a.silu ? silu_f(acc) : acc;
+#pragma unroll
+    for (int i = 0; i + 1 < kMaxConvK; ++i)
+      if (i + 1 < H) hist[i] = hist[i + 1];
+    if (H > 0) {
+#pragma unroll
+      for (int i = 0; i < kMaxConvK; ++i)
+        if (i == H - 1) hist[i] = xv;
+    }
+    if (t + 1 < j.n && j.nkeep > 0) {
+      float* kp = a.keep_pool + a.keep[j.keep0 + t];
+#pragma unroll
+      for (int i = 0; i < kMaxConvK; ++i)
+        if (i < H) kp[i * a.C + c] = hist[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxConvK; ++i)
+    if (i < H) a.pool[j.dst + i * a.C + c] = hist[i];
+}
+
+struct SsmArgs {
+  const float *x, *B, *C, *dt;
+  int64_t ldx, ldb, ldc, ldd;
+  const float *A_log, *D, *dt_bias;
+  float* pool;
+  float* keep_pool;
+  const SeqJob* jobs;
+  const int64_t* keep;
+  float* y;
+  int64_t ldy;
+  int P, N, hpg, chunk, pt;
+  float dt_min, dt_max;
+};
+
+// Step form: warp per channel p of the head; lane holds h[p][n] for n = lane (mod 32); per row
+// h = a h + (dt x) B, y = (lane sums of h C in n order, then the xor butterfly) + D x.
+__global__ void __launch_bounds__(kSsmStepWarps * 32) ssm_step_kernel(SsmArgs a) {
+  const SeqJob j = a.jobs[blockIdx.x];
+  const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int N = a.N, P = a.P, g = h / a.hpg;
+  const float A = -expf(a.A_log[h]), Dh = a.D[h], bias = a.dt_bias[h];
+  for (int p = warp; p < P; p += kSsmStepWarps) {
+    const int64_t so = (static_cast<int64_t>(h) * P + p) * N;
+    float hr[kMaxStateLanes];
+#pragma unroll
+    for (int i = 0; i < kMaxStateLanes; ++i) {
+      const int n = lane + 32 * i;
+      hr[i] = n < N ? a.pool[j.src + so + n] : 0.0f;
+    }
+    for (int t = 0; t < j.n; ++t) {
+      const int64_t r = j.row0 + t;
+      const float d = ssm_dt(a.dt[r * a.ldd + h], bias, 0.0f, 0.0f);  // the step form does not clamp
+      const float da = expf(A * d);
+      const float xv = a.x[r * a.ldx + static_cast<int64_t>(h) * P + p];
+      const float dx = d * xv;
+      const float* Br = a.B + r * a.ldb + static_cast<int64_t>(g) * N;
+      const float* Cr = a.C + r * a.ldc + static_cast<int64_t>(g) * N;
+      float part = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxStateLanes; ++i) {
+        const int n = lane + 32 * i;
+        if (n < N) {
+          hr[i] = da * hr[i] + dx * Br[n];
+          part = __fmaf_rn(hr[i], Cr[n], part);
+        }
+      }
+      part = warp_sum(part);
+      if (lane == 0) a.y[r * a.ldy + static_cast<int64_t>(h) * P + p] = part + Dh * xv;
+      if (t + 1 < j.n && j.nkeep > 0) {
+        float* kp = a.keep_pool + a.keep[j.keep0 + t] + so;
+#pragma unroll
+        for (int i = 0; i < kMaxStateLanes; ++i)
+          if (lane + 32 * i < N) kp[lane + 32 * i] = hr[i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxStateLanes; ++i)
+      if (lane + 32 * i < N) a.pool[j.dst + so + lane + 32 * i] = hr[i];
+  }
+}
+
+// Chunked (SSD) form, block per (sequence, head, tile of pt channels). Per chunk of L rows:
+// cum = prefix sum of A dt (one thread, in order); y_t = exp(cum_t) C_t.h0 + sum_{s<=t}
+// exp(cum_t - cum_s) dt_s (C_t.B_s) x_s + D x_t; h = exp(cum_L) h0 + sum_s exp(cum_L - cum_s) dt_s x_s B_s.
+__global__ void __launch_bounds__(kSsmThreads) ssm_chunk_kernel(SsmArgs a) {
+  extern __shared__ float sm[];
+  const SeqJob j = a.jobs[blockIdx.x];
+  const int h = blockIdx.y, p0 = blockIdx.z * a.pt, np = min(a.pt, a.P - p0);
+  const int N = a.N, P = a.P, L = a.chunk, g = h / a.hpg, tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32, nwarps = kSsmThreads / 32;
+  float* sh = sm;              // [pt x N] state tile
+  float* sdt = sh + a.pt * N;  // [L]
+  float* scum = sdt + L;       // [L]
+  float* sw = scum + L;        // [L]
+  float* sc = sw + L;          // [N]
+  const int64_t so = (static_cast<int64_t>(h) * P + p0) * N;
+  const int64_t xh = static_cast<int64_t>(h) * P, gN = static_cast<int64_t>(g) * N;
+  const float A = -expf(a.A_log[h]), Dh = a.D[h], bias = a.dt_bias[h];
+  for (int e = tid; e < np * N; e += kSsmThreads) sh[e] = a.pool[j.src + so + e];
+  __syncthreads();
+  for (int c0 = 0; c0 < j.n; c0 += L) {
+    const int len = min(L, j.n - c0);
+    const int64_t base = j.row0 + c0;
+    for (int t = tid; t < len; t += kSsmThreads) {
+      const float d = ssm_dt(a.dt[(base + t) * a.ldd + h], bias, a.dt_min, a.dt_max);
+      sdt[t] = d;
+      scum[t] = A * d;
+    }
+    __syncthreads();
+    if (tid == 0)
+      for (int t = 1; t < len; ++t) scum[t] = scum[t - 1] + scum[t];
+    __syncthreads();
+    for (int t = 0; t < len; ++t) {
+      const int64_t rt = base + t;
+      for (int n = tid; n < N; n += kSsmThreads) sc[n] = a.C[rt * a.ldc + gN + n];
+      __syncthreads();
+      for (int s = tid; s <= t; s += kSsmThreads) {
+        const float* Bs = a.B + (base + s) * a.ldb + gN;
+        float dot = 0.0f;
+        for (int n = 0; n < N; ++n) dot = __fmaf_rn(sc[n], Bs[n], dot);
+        sw[s] = (expf(scum[t] - scum[s]) * sdt[s]) * dot;
+      }
+      __syncthreads();
+      const float et = expf(scum[t]);
+      for (int pl = warp; pl < np; pl += nwarps) {
+        const int64_t col = xh + p0 + pl;
+        float inter = 0.0f, intra = 0.0f;
+        for (int n = lane; n < N; n += 32) inter = __fmaf_rn(sc[n], sh[pl * N + n], inter);
+        for (int s = lane; s <= t; s += 32) intra = __fmaf_rn(sw[s], a.x[(base + s) * a.ldx + col], intra);
+        inter = warp_sum(inter);
+        intra = warp_sum(intra);
+        if (lane == 0) a.y[rt * a.ldy + col] = (et * inter + intra) + Dh * a.x[rt * a.ldx + col];
+      }
+      __syncthreads();
+    }
+    const float cl = scum[len - 1], el = expf(cl);
+    for (int s = tid; s < len; s += kSsmThreads) sw[s] = expf(cl - scum[s]) * sdt[s];
+    __syncthreads();
+    for (int e = tid; e < np * N; e += kSsmThreads) {
+      const int pl = e / N, n = e % N;
+      const int64_t col = xh + p0 + pl;
+      float acc = 0.0f;
+      for (int s = 0; s < len; ++s)
+        acc = __fmaf_rn(sw[s] * a.x[(base + s) * a.ldx + col], a.B[(base + s) * a.ldb + gN + n], acc);
+      sh[e] = el * sh[e] + acc;
+    }
+    __syncthreads();
+  }
+  for (int e = tid; e < np * N; e += kSsmThreads) a.pool[j.dst + so + e] = sh[e];
+}
+
+}  // namespace
+
+void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight* bias, bool silu,
+                                const RowLayout& rows, const StateRefs& st, int64_t off, Tensor out) {
+  const CudaWeight& w = as_cuda(wt, "conv1d_causal");
+  check_tensor(x, "conv1d_causal", "x");
+  check_tensor(out, "conv1d_causal", "out");
+  const int64_t C = x.cols;
+  TF_CHECK(w.rows == C && w.cols >= 1 && w.cols <= kMaxConvK && out.rows == x.rows && out.cols == C,
+           "conv1d_causal: x [", x.rows, " x ", C, "], weight ", w.name, " [", w.rows, " x ", w.cols,
+           "], out [", out.rows, " x ", out.cols, "]; kernel width must be 1..", kMaxConvK);
+  const int K = static_cast<int>(w.cols);
+  const float* b = vec_f32(bias, C, "conv1d_causal", "bias");
+  const SeqJobs jobs = plan_seqs(rows, st, off, (K - 1) * C, x.rows, "conv1d_causal", false);
+  if (jobs.chunked.empty() || C == 0) return;
+  const DevJobs d = upload_jobs(*this, jobs);
+  ConvArgs a{x.data, out.data, dt_code(w.dtype), w.data, w.scales, b, st.pool, st.keep_pool,
+             d.chunked, d.keep, C, K, silu};
+  TF_CHECK(grid_for(C, kConvThreads) <= 65535u, "conv1d_causal: ", C, " channels");
+  conv_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
+                kConvThreads>>>(a);
+  check_launch("conv1d_causal");
+}
+
+void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_log, const Weight& D,
+                           const Weight& dt_bias, const SsmParams& p, const RowLayout& rows,
+                           const StateRefs& st, int64_t off, Tensor y) {
+  const char* op = "ssm_scan";
+  TF_CHECK(p.heads > 0 && p.head_dim > 0 && p.groups > 0 && p.heads % p.groups == 0 &&
+               p.state_size > 0 && p.state_size <= 32 * kMaxStateLanes && p.chunk > 0 &&
+               p.chunk <= 4096 && p.heads <= 65535,
+           op, ": heads ", p.heads, ", head_dim ", p.head_dim, ", groups ", p.groups, ", state_size ",
+           p.state_size, " (at most ", 32 * kMaxStateLanes, "), chunk ", p.chunk);
+  check_tensor(y, op, "y");
+  const int64_t m = y.rows, width = static_cast<int64_t>(p.heads) * p.head_dim;
+  const int64_t bc = static_cast<int64_t>(p.groups) * p.state_size;
+  TF_CHECK(y.cols == width, op, ": y [", y.rows, " x ", y.cols, "] for ", p.heads, " heads of ",
+           p.head_dim);
+  check_cols(x, m, width, op, "x");
+  check_cols(B, m, bc, op, "B");
+  check_cols(C, m, bc, op, "C");
+  check_cols(dt_raw, m, p.heads, op, "dt_raw");
+  const float* al = vec_f32(&A_log, p.heads, op, "A_log");
+  const float* dd = vec_f32(&D, p.heads, op, "D");
+  const float* db = vec_f32(&dt_bias, p.heads, op, "dt_bias");
+  const SeqJobs jobs = plan_seqs(rows, st, off, width * p.state_size, m, op, true);
+  if (m == 0) return;
+  const DevJobs d = upload_jobs(*this, jobs);
+  const int pt = std::max(1, std::min(p.head_dim, std::min(32, 8192 / p.state_size)));
+  SsmArgs a{x.at(0), B.at(0), C.at(0), dt_raw.at(0), x.t.cols, B.t.cols, C.t.cols, dt_raw.t.cols,
+            al, dd, db, st.pool, st.keep_pool, d.step, d.keep, y.data, y.cols, p.head_dim,
+            p.state_size, p.heads / p.groups, p.chunk, pt, p.dt_min, p.dt_max};
+  if (!jobs.step.empty()) {
+    ssm_step_kernel<<<dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
+                      kSsmStepWarps * 32>>>(a);
+    check_launch(op);
+  }
+  if (!jobs.chunked.empty()) {
+    a.jobs = d.chunked;
+    const size_t smem = (static_cast<size_t>(pt) * p.state_size + 3 * static_cast<size_t>(p.chunk) +
+                         p.state_size) * 4;
+    TF_CHECK(smem <= static_cast<size_t>(max_smem_optin()), op, ": chunk ", p.chunk,
+             " needs ", smem, " bytes of shared memory");
+    TF_CUDA_CHECK(cudaFuncSetAttribute(ssm_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)), op);
+    const unsigned tiles = static_cast<unsigned>((p.head_dim + pt - 1) / pt);
+    ssm_chunk_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()), static_cast<unsigned>(p.heads),
+                            tiles), kSsmThreads, smem>>>(a);
+    check_launch(op);
+  }
+}
+
+}  // namespace tf::cuda

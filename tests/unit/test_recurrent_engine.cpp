@@ -1,0 +1,366 @@
+// Models with recurrent layers (Mamba2, Gated DeltaNet) in the engine: the state pool's bound,
+// concurrent = solo, resumed = cold at several marks, siblings, failed rounds and the verify
+// form (k positions of one lane in one round, with the states a rollback needs).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "engine/state_pool.h"
+#include "model_fixture.h"
+
+namespace tf {
+
+namespace {
+
+// Golden fixtures whose model carries recurrent state.
+std::vector<std::string> hybrid_fixtures() {
+  std::vector<std::string> out;
+  for (const auto& name : test::golden_models()) {
+    ModelFiles files = open_model(test::golden_dir(name));
+    const std::string type = files.config.value("model_type", "");
+    if (type == "nemotron_h" || type.rfind("qwen3_next", 0) == 0 || type.rfind("qwen3_5", 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+struct Run {
+  test::Trace trace;
+  int cached = 0;
+  FinishReason finish = FinishReason::None;
+};
+
+std::vector<Run> submit_all(Engine& engine, const std::vector<test::Job>& jobs, int32_t vocab) {
+  std::vector<Run> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    GenerationRequest req;
+    req.prompt = jobs[i].prompt;
+    req.max_tokens = jobs[i].max_tokens;
+    req.sampling = jobs[i].sampling;
+    Run* r = &out[i];
+    req.on_logits = [r, vocab](int pos, const float* lg) { r->trace.logits[pos].assign(lg, lg + vocab); };
+    req.on_event = [r](const TokenEvent& ev) {
+      if (ev.token >= 0) r->trace.tokens.push_back(ev.token);
+      r->cached = ev.cached_tokens;
+      if (ev.finish != FinishReason::None) r->finish = ev.finish;
+    };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  return out;
+}
+
+// Every row the second run computed is bit-identical to the first's at that position.
+void expect_same(const test::Trace& ref, const test::Trace& got, const std::string& what) {
+  EXPECT_EQ(ref.tokens, got.tokens) << what;
+  ASSERT_FALSE(got.logits.empty()) << what;
+  for (const auto& [pos, row] : got.logits) {
+    auto it = ref.logits.find(pos);
+    ASSERT_NE(it, ref.logits.end()) << what << " position " << pos;
+    ASSERT_EQ(std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)), 0) << what << " position " << pos;
+  }
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+void expect_idle(const Engine& e, const std::string& what) {
+  EXPECT_TRUE(e.audit()) << what;
+  EXPECT_EQ(e.state_pool().in_use(), 0) << what;
+  EXPECT_EQ(e.census().used, 0) << what;
+}
+
+}  // namespace
+
+TEST(StatePool, SizedForTheWorstCaseAndTheNextSlotIsTheLast) {
+  for (int lanes : {1, 4, 64}) {
+    StatePool pool(lanes);
+    ASSERT_EQ(pool.capacity(), 2 * lanes + 3);
+    std::vector<int> held;
+    // Worst case: every lane's state and its pending forward, one restore and one snapshot staged.
+    for (int i = 0; i < 2 * lanes + 2; ++i) held.push_back(pool.alloc());
+    EXPECT_EQ(pool.free_count(), 1);
+    const int last = pool.alloc();
+    EXPECT_EQ(last, pool.capacity() - 1) << "the spare is the last slot";
+    EXPECT_THROW(pool.alloc(), Error);
+    EXPECT_EQ(pool.high_water(), pool.capacity());
+    pool.release(last);
+    EXPECT_THROW(pool.release(last), Error) << "a double release is caught";
+    EXPECT_EQ(pool.alloc(), last) << "a returned slot is reused";
+  }
+}
+
+TEST(RecurrentEngine, HybridFixturesExist) { EXPECT_GE(hybrid_fixtures().size(), 2u); }
+
+class Recurrent : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Recurrent, ConcurrentEqualsSolo) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  ASSERT_GT(m->model->state_floats(), 0);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(5);
+  std::vector<test::Job> jobs;
+  for (int len : {1, 7, 16, 33, 50, 64, 71, 90}) {
+    test::Job j;
+    j.prompt = random_tokens(rng, len, V);
+    j.max_tokens = 6;
+    j.sampling.temperature = jobs.size() % 2 ? 1.0f : 0.0f;
+    j.sampling.seed = 100 + jobs.size();
+    jobs.push_back(j);
+  }
+  EngineOptions solo_opt;
+  solo_opt.context = 128;
+  solo_opt.chunk = 16;
+  std::vector<test::Trace> solo;
+  for (const auto& j : jobs) solo.push_back(test::run_jobs(*m->model, *m->backend, solo_opt, {j})[0]);
+  for (int lanes : {2, 4, 8}) {
+    EngineOptions opt = solo_opt;
+    opt.lanes = lanes;
+    Engine e(*m->model, *m->backend, opt);
+    auto runs = submit_all(e, jobs, V);
+    for (size_t i = 0; i < jobs.size(); ++i)
+      expect_same(solo[i], runs[i].trace, GetParam() + " lanes " + std::to_string(lanes) + " job " + std::to_string(i));
+    EXPECT_LE(e.state_pool().high_water(), 2 * lanes) << "each lane holds its state and at most one pending";
+    expect_idle(e, "after concurrent jobs");
+  }
+}
+
+TEST_P(Recurrent, ResumedEqualsColdAtSeveralMarks) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(8);
+  EngineOptions opt;
+  opt.lanes = 4;
+  opt.context = 160;
+  opt.chunk = 16;
+  opt.page_size = 16;
+  opt.cache_pages = 64;
+  EngineOptions cold_opt = opt;
+  cold_opt.cache_pages = 0;
+  Engine warm(*m->model, *m->backend, opt);
+  const auto base = random_tokens(rng, 100, V);
+  // Cold once, so the store holds states at marks 16..96.
+  test::Job first;
+  first.prompt = base;
+  first.max_tokens = 4;
+  auto r0 = submit_all(warm, {first}, V);
+  expect_same(test::run_jobs(*m->model, *m->backend, cold_opt, {first})[0], r0[0].trace, "first");
+  // Prompts sharing 20..100 tokens of it resume at the last mark they share (and before their last token).
+  for (int shared : {20, 33, 48, 64, 81, 100}) {
+    for (bool sampled : {false, true}) {
+      test::Job j;
+      j.prompt.assign(base.begin(), base.begin() + shared);
+      auto tail = random_tokens(rng, 9, V);
+      j.prompt.insert(j.prompt.end(), tail.begin(), tail.end());
+      j.max_tokens = 5;
+      j.sampling.temperature = sampled ? 0.8f : 0.0f;
+      j.sampling.seed = 7;
+      auto cold = test::run_jobs(*m->model, *m->backend, cold_opt, {j})[0];
+      auto got = submit_all(warm, {j}, V);
+      const int expect_mark = std::min(shared / 16 * 16, (static_cast<int>(j.prompt.size()) - 1) / 16 * 16);
+      EXPECT_EQ(got[0].cached, expect_mark) << "shared " << shared;
+      expect_same(cold, got[0].trace, GetParam() + " shared " + std::to_string(shared));
+    }
+  }
+  // Four at once, all resuming.
+  test::Job j;
+  j.prompt = base;
+  j.max_tokens = 6;
+  auto cold = test::run_jobs(*m->model, *m->backend, cold_opt, {j})[0];
+  for (const auto& r : submit_all(warm, {j, j, j, j}, V)) {
+    EXPECT_EQ(r.cached, 96);
+    expect_same(cold, r.trace, "4 at once");
+  }
+  EXPECT_GT(warm.cache_stats().states, 0u);
+  expect_idle(warm, "after resumes");
+}
+
+TEST_P(Recurrent, StateBudgetEvictsSnapshotsAndStaysExact) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 1);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(12);
+  EngineOptions opt;
+  opt.lanes = 2;
+  opt.context = 128;
+  opt.chunk = 16;
+  opt.cache_pages = 32;
+  opt.state_cache_bytes = 3 * static_cast<uint64_t>(m->model->state_floats()) * sizeof(float);
+  EngineOptions cold_opt = opt;
+  cold_opt.cache_pages = 0;
+  Engine warm(*m->model, *m->backend, opt);
+  std::vector<test::Job> convs(4);
+  for (auto& c : convs) {
+    c.prompt = random_tokens(rng, 40, V);
+    c.max_tokens = 3;
+  }
+  for (int round = 0; round < 2; ++round)
+    for (const auto& c : convs) {
+      auto cold = test::run_jobs(*m->model, *m->backend, cold_opt, {c})[0];
+      auto got = submit_all(warm, {c}, V);
+      expect_same(cold, got[0].trace, "round robin");
+      EXPECT_LE(warm.cache_stats().states, 3u);
+      expect_idle(warm, "round robin");
+    }
+}
+
+TEST_P(Recurrent, SiblingsEqualSoloRequests) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(31);
+  EngineOptions opt;
+  opt.lanes = 3;
+  opt.context = 96;
+  opt.chunk = 16;
+  const auto prompt = random_tokens(rng, 37, V);
+  std::vector<GenerationRequest> group;
+  std::vector<test::Trace> got(3);
+  for (int k = 0; k < 3; ++k) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_tokens = 5;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 40 + static_cast<uint64_t>(k);
+    test::Trace* t = &got[static_cast<size_t>(k)];
+    r.on_event = [t](const TokenEvent& ev) {
+      if (ev.token >= 0) t->tokens.push_back(ev.token);
+    };
+    group.push_back(std::move(r));
+  }
+  Engine e(*m->model, *m->backend, opt);
+  e.submit_group(std::move(group));
+  e.run_until_idle();
+  for (int k = 0; k < 3; ++k) {
+    test::Job j;
+    j.prompt = prompt;
+    j.max_tokens = 5;
+    j.sampling.temperature = 1.0f;
+    j.sampling.seed = 40 + static_cast<uint64_t>(k);
+    auto solo = test::run_jobs(*m->model, *m->backend, opt, {j})[0];
+    EXPECT_EQ(solo.tokens, got[static_cast<size_t>(k)].tokens) << "sibling " << k;
+  }
+  expect_idle(e, "after siblings");
+}
+
+namespace {
+
+// Throws from forward when armed, to check that a failed round gives its state slots back.
+class FailingModel : public Model {
+ public:
+  explicit FailingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
+  int n_kv_layers() const override { return inner_.n_kv_layers(); }
+  int64_t state_floats() const override { return inner_.state_floats(); }
+  void reserve(int rows) override { inner_.reserve(rows); }
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) override {
+    if (armed) throw Error("planted failure");
+    inner_.forward(in, kv, logits);
+  }
+  bool armed = false;
+
+ private:
+  Model& inner_;
+};
+
+}  // namespace
+
+TEST_P(Recurrent, FailedRoundReturnsItsSlots) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 1);
+  FailingModel fm(*m->model);
+  const int32_t V = m->model->vocab_size();
+  EngineOptions opt;
+  opt.lanes = 3;
+  opt.context = 64;
+  opt.chunk = 16;
+  opt.cache_pages = 8;
+  Engine e(fm, *m->backend, opt);
+  std::mt19937 rng(2);
+  std::vector<test::Job> jobs(3);
+  for (auto& j : jobs) {
+    j.prompt = random_tokens(rng, 21, V);
+    j.max_tokens = 4;
+  }
+  auto before = submit_all(e, jobs, V);
+  fm.armed = true;
+  for (const auto& r : submit_all(e, jobs, V)) EXPECT_EQ(r.finish, FinishReason::Error);
+  expect_idle(e, "after a failed round");
+  fm.armed = false;
+  auto after = submit_all(e, jobs, V);
+  for (size_t i = 0; i < jobs.size(); ++i) expect_same(before[i].trace, after[i].trace, "after recovery");
+  expect_idle(e, "after recovery");
+}
+
+TEST_P(Recurrent, VerifyRoundKeepsRollbackStates) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  Model& model = *m->model;
+  Backend& b = *m->backend;
+  const int32_t V = model.vocab_size();
+  const int64_t S = model.state_floats();
+  const int ps = 16, k = 4;
+  model.reserve(64);
+  auto kv = b.alloc_kv(std::max(1, model.n_kv_layers()), 8, ps, model.n_kv_heads(), model.head_dim());
+  Tensor pool = b.alloc(8, S), keep_pool = b.alloc(k - 1, S);
+  std::mt19937 rng(4);
+  const auto prompt = random_tokens(rng, 20, V);
+  const auto draft = random_tokens(rng, k, V);
+  auto round = [&](int begin, const std::vector<int32_t>& toks, int src, int dst, bool step,
+                   std::vector<int32_t> keep) {
+    RoundInput in;
+    in.tokens = toks;
+    in.layout.seq_pages = {{0, 1, 2, 3}};
+    for (size_t i = 0; i < toks.size(); ++i) {
+      in.layout.pos.push_back(begin + static_cast<int>(i));
+      in.layout.seq.push_back(0);
+      in.logit_rows.push_back(static_cast<int>(i));
+    }
+    in.states.pool = pool.data;
+    in.states.slot_floats = S;
+    in.states.src = {src};
+    in.states.dst = {dst};
+    in.states.step = {static_cast<uint8_t>(step)};
+    in.states.keep_pool = keep_pool.data;
+    in.states.keep = {std::move(keep)};
+    std::vector<float> logits;
+    model.forward(in, *kv, logits);
+    return logits;
+  };
+  auto host = [&](Tensor t) {
+    std::vector<float> v(static_cast<size_t>(t.rows * t.cols));
+    b.to_host(t, v.data());
+    return v;
+  };
+  round(0, prompt, 0, 1, false, {});
+  const auto after_prompt = host(pool.slice_rows(1, 1));
+  // k draft positions in one round, step form, keeping the states after the first k - 1.
+  const auto verify = round(20, draft, 1, 2, true, {0, 1, 2});
+  // The same positions one round each.
+  int src = 1;
+  for (int i = 0; i < k; ++i) {
+    const int dst = 3 + i;
+    const auto one = round(20 + i, {draft[static_cast<size_t>(i)]}, src, dst, true, {});
+    EXPECT_EQ(std::memcmp(one.data(), verify.data() + static_cast<size_t>(i) * V, sizeof(float) * V), 0)
+        << "verify row " << i << " equals a single decode step";
+    const auto stepped = host(pool.slice_rows(dst, 1));
+    const auto kept = i < k - 1 ? host(keep_pool.slice_rows(i, 1)) : host(pool.slice_rows(2, 1));
+    EXPECT_EQ(std::memcmp(stepped.data(), kept.data(), sizeof(float) * static_cast<size_t>(S)), 0)
+        << "state after draft " << i;
+    src = dst;
+  }
+  // Rollback: accept one draft, restore its kept state and continue with another token.
+  b.from_host(host(keep_pool.slice_rows(0, 1)).data(), pool.slice_rows(7, 1));
+  const int32_t other = (draft[1] + 1) % V;
+  const auto resumed = round(21, {other}, 7, 6, true, {});
+  b.from_host(after_prompt.data(), pool.slice_rows(5, 1));
+  round(20, {draft[0]}, 5, 4, true, {});
+  const auto straight = round(21, {other}, 4, 3, true, {});
+  EXPECT_EQ(std::memcmp(resumed.data(), straight.data(), sizeof(float) * V), 0) << "rollback equals the straight path";
+  b.free(pool);
+  b.free(keep_pool);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, Recurrent, ::testing::ValuesIn(hybrid_fixtures()),
+                         [](const auto& info) { return info.param; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Recurrent);
+
+}  // namespace tf
