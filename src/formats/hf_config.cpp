@@ -181,8 +181,9 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   else if (f.has("layer_norm_epsilon")) c.rms_norm_eps = f.number("layer_norm_epsilon", 0, 1, 1e-6);
   else if (f.has("norm_epsilon")) c.rms_norm_eps = f.number("norm_epsilon", 0, 1, 1e-6);
   TF_CHECK(c.rms_norm_eps > 0, tsrc, ": rms_norm_eps must be positive");
-  c.tie_word_embeddings = f.has("tie_word_embeddings") ? f.boolean("tie_word_embeddings", false)
-                                                       : top.boolean("tie_word_embeddings", false);
+  // transformers reads tying and generation ids from the outer config; text_config is the fallback.
+  c.tie_word_embeddings = top.has("tie_word_embeddings") ? top.boolean("tie_word_embeddings", false)
+                                                         : f.boolean("tie_word_embeddings", false);
   c.attention_bias = f.boolean("attention_bias", false);
   c.mlp_bias = f.boolean("mlp_bias", false);
   c.sliding_window = f.integer("sliding_window", 0, kMaxContext, false);
@@ -207,8 +208,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     }
   }
 
-  c.bos_token_ids = token_ids(f.has("bos_token_id") ? f : top, "bos_token_id", tsrc);
-  c.eos_token_ids = token_ids(f.has("eos_token_id") ? f : top, "eos_token_id", tsrc);
+  c.bos_token_ids = token_ids(top.has("bos_token_id") ? top : f, "bos_token_id", tsrc);
+  c.eos_token_ids = token_ids(top.has("eos_token_id") ? top : f, "eos_token_id", tsrc);
   for (const auto* ids : {&c.bos_token_ids, &c.eos_token_ids}) {
     for (int64_t id : *ids)
       TF_CHECK(id < c.vocab_size, tsrc, ": special token id ", id, " is not below vocab_size ", c.vocab_size);

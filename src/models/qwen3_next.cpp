@@ -1,6 +1,7 @@
-// Qwen3-Next and Qwen3.5 (text) family: layers of Gated DeltaNet linear attention or gated full
-// attention (config layer_types), each followed by a dense MLP or a MoE with a sigmoid-gated shared
-// expert; every RMSNorm outside the DeltaNet block is zero-centred (scales by 1 + weight).
+// Qwen3-Next and Qwen3.5 family (multimodal Qwen3.5 folders serve their text path): layers of Gated
+// DeltaNet linear attention or gated full attention (config layer_types), each followed by a dense MLP
+// or a MoE with a sigmoid-gated shared expert; every RMSNorm outside the DeltaNet block is zero-centred
+// (scales by 1 + weight).
 #include <algorithm>
 
 #include "base/error.h"
@@ -76,27 +77,45 @@ std::vector<std::string> layer_kinds(const nlohmann::json& j, int64_t n) {
   return kinds;
 }
 
+// Multimodal Qwen3.5 folders (ConditionalGeneration) keep the language model under
+// model.language_model.*; their vision tower and mtp tensors are never read. transformers' text
+// classes load such a folder too by dropping the language_model part of the names.
+std::string weight_prefix(const WeightSource& w, bool multimodal, bool qwen35) {
+  if (multimodal) return "model.language_model.";
+  if (qwen35 && w.find("model.embed_tokens.weight") == nullptr &&
+      w.find("model.language_model.embed_tokens.weight") != nullptr)
+    return "model.language_model.";
+  return "model.";
+}
+
 void Qwen3NextModel::load(const ModelFiles& files) {
   const HfConfig& c = config_;
-  const nlohmann::json& raw = c.raw.contains("text_config") && c.raw["text_config"].is_object() &&
-                                      !c.raw.contains("hidden_size")
-                                  ? c.raw["text_config"]
-                                  : c.raw;
+  const bool multimodal = c.raw.contains("text_config") && c.raw["text_config"].is_object() &&
+                          !c.raw.contains("hidden_size");
+  const nlohmann::json& raw = multimodal ? c.raw["text_config"] : c.raw;
+  const auto mt = c.raw.find("model_type");
+  const std::string outer_type = mt != c.raw.end() && mt->is_string() ? mt->get<std::string>() : "";
   const bool fused = c.model_type == "qwen3_next" || c.architecture == "Qwen3NextForCausalLM";
-  const bool moe35 = c.model_type == "qwen3_5_moe_text" || c.architecture == "Qwen3_5MoeForCausalLM";
-  const bool dense35 = c.model_type == "qwen3_5_text" || c.architecture == "Qwen3_5ForCausalLM";
+  const bool moe35 = c.model_type == "qwen3_5_moe_text" || c.architecture == "Qwen3_5MoeForCausalLM" ||
+                     c.architecture == "Qwen3_5MoeForConditionalGeneration" || outer_type == "qwen3_5_moe";
+  const bool dense35 = c.model_type == "qwen3_5_text" || c.architecture == "Qwen3_5ForCausalLM" ||
+                       c.architecture == "Qwen3_5ForConditionalGeneration" || outer_type == "qwen3_5";
+  const std::string pre = weight_prefix(*files.weights, multimodal, moe35 || dense35);
+  // transformers' ConditionalGeneration ties the head by its outer tie_word_embeddings, false when absent.
+  bool tie = c.tie_word_embeddings;
+  if (multimodal && (!c.raw.contains("tie_word_embeddings") || c.raw["tie_word_embeddings"].is_null())) tie = false;
   WeightLoader L(*files.weights, b_);
   RowAssembler R(*files.weights, b_, owned_);
-  embed_ = L.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size);
-  final_norm_ = L.vector("model.norm.weight", c.hidden_size);
-  if (L.has("lm_head.weight") && !c.tie_word_embeddings)
+  embed_ = L.matrix(pre + "embed_tokens.weight", c.vocab_size, c.hidden_size);
+  final_norm_ = L.vector(pre + "norm.weight", c.hidden_size);
+  if (L.has("lm_head.weight") && !tie)
     lm_head_ = L.matrix("lm_head.weight", c.vocab_size, c.hidden_size);
   else
-    TF_CHECK(c.tie_word_embeddings, "tensor lm_head.weight is missing and tie_word_embeddings is false");
+    TF_CHECK(tie, files.path, ": tensor lm_head.weight is missing and tie_word_embeddings is false");
   const auto kinds = layer_kinds(raw, c.num_hidden_layers);
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = cat("model.layers.", i, ".");
+    const std::string p = cat(pre, "layers.", i, ".");
     HybridLayer layer;
     layer.input_norm = L.vector(p + "input_layernorm.weight", c.hidden_size);
     layer.post_attn_norm = L.vector(p + "post_attention_layernorm.weight", c.hidden_size);
@@ -191,14 +210,10 @@ void Qwen3NextModel::reserve(int max_rows) {
 
 void Qwen3NextModel::forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) {
   const int m = static_cast<int>(in.tokens.size());
-  TF_CHECK(m > 0 && m == in.layout.rows(), "forward: ", m, " tokens but ", in.layout.rows(), " row positions");
-  TF_CHECK(m <= s_.max_rows, "forward: round of ", m, " rows exceeds the reserved ", s_.max_rows);
-  const int32_t V = vocab_size();
-  for (int32_t t : in.tokens) TF_CHECK(t >= 0 && t < V, "forward: token id ", t, " outside the vocabulary of ", V);
+  check_round(in, s_.max_rows, vocab_size());
   TF_CHECK(state_floats_ == 0 || (!in.states.empty() && in.states.slot_floats == state_floats_), "forward: ",
            family_, " needs recurrent state slots of ", state_floats_, " floats (got ",
            in.states.empty() ? 0 : in.states.slot_floats, ")");
-  const int64_t H = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
   b_.embed(*embed_, in.tokens.data(), m, x);
@@ -212,22 +227,7 @@ void Qwen3NextModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
     else mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act);
     b_.add(x, o);
   }
-  const Weight& head = lm_head_ ? *lm_head_ : *embed_;
-  const size_t n_logits = in.logit_rows.size();
-  logits.resize(n_logits * static_cast<size_t>(V));
-  for (size_t done = 0; done < n_logits;) {
-    const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s_.max_logit_rows)));
-    for (int i = 0; i < n; ++i) {
-      const int32_t r = in.logit_rows[done + static_cast<size_t>(i)];
-      TF_CHECK(r >= 0 && r < m, "forward: logit row ", r, " outside the round of ", m);
-    }
-    Tensor fr{s_.final_rows.data, n, H}, lg{s_.logits.data, n, V};
-    b_.gather_rows(x, in.logit_rows.data() + done, n, fr);
-    b_.rmsnorm(fr, *final_norm_, eps, true, fr);
-    b_.matmul(fr, head, nullptr, lg);
-    b_.to_host(lg, logits.data() + done * static_cast<size_t>(V));
-    done += static_cast<size_t>(n);
-  }
+  final_logits(b_, x, in, *final_norm_, eps, true, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits);
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ const std::vector<ModelFamily>& model_registry() {
       {"nemotron_h", {"NemotronHForCausalLM", "nemotron_h"}, build_nemotron_h},
       {"qwen3_next",
        {"Qwen3NextForCausalLM", "qwen3_next", "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3_5MoeForCausalLM",
-        "qwen3_5_moe_text"},
+        "qwen3_5_moe_text", "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5MoeForConditionalGeneration",
+        "qwen3_5_moe"},
        build_qwen3_next},
   };
   return families;

@@ -2,7 +2,7 @@
 """GPU against transformers and against the CPU on the golden fixtures: greedy tokens from
 `tensorfold run --device cuda` and `--device cpu`, compared up to the reference's first step
 whose top-2 margin is below 1e-3. Run on a machine with a GPU:
-    python3 tests/gpu/golden_gpu.py build-gpu/tensorfold
+    python3 tests/gpu/golden_gpu.py build-gpu/tensorfold [FIXTURE_PREFIX ...]
 """
 import json
 import os
@@ -23,9 +23,12 @@ def greedy(binary, model, device, prompt, n):
 
 def main():
     binary = sys.argv[1]
+    prefixes = sys.argv[2:]
     gdir = os.path.join(ROOT, "tests", "fixtures", "golden")
     unequal_ref = unequal_cpu = compared = 0
     for name in sorted(os.listdir(gdir)):
+        if prefixes and not any(name.startswith(p) for p in prefixes):
+            continue
         model = os.path.join(gdir, name)
         expected = json.load(open(os.path.join(model, "expected.json")))
         for case in expected["cases"]:

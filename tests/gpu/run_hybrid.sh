@@ -1,35 +1,44 @@
 #!/usr/bin/env bash
-# One device session for the hybrid models: build with CUDA and the unit tests, run the kernel
-# contract, the model tests on the GPU (TF_TEST_DEVICE=cuda), the GPU golden check, and the
-# speed benchmarks on random weights of real hybrid shapes beside transformers. Logs go to $OUT.
+# Device runs for the hybrid models. Logs go to $OUT; the build goes to $BUILD (default build-gpu).
+#   tests/gpu/run_hybrid.sh exact          build with CUDA and the unit tests, run the kernel contract,
+#                                          the model tests on the GPU (TF_TEST_DEVICE=cuda) and the
+#                                          GPU golden check on the hybrid fixtures
+#   tests/gpu/run_hybrid.sh bench SHAPE N  random weights of SHAPE's first N layers in /dev/shm:
+#                                          bound, our prefill 4k/32k and decode 1/64, transformers beside
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-LAYERS_NEMO=${LAYERS_NEMO:-40}; LAYERS_QNEXT=${LAYERS_QNEXT:-12}
+OUT=${OUT:-gpu-out}; BUILD=${BUILD:-build-gpu}; mkdir -p "$OUT"
 if [ -d .devdeps/root ]; then
   D=$PWD/.devdeps/root/usr
   sed -i "s|^prefix=.*|prefix=$D|" $D/lib/x86_64-linux-gnu/pkgconfig/*.pc
   export PKG_CONFIG_PATH=$D/lib/x86_64-linux-gnu/pkgconfig CPATH=$D/include${CPATH:+:$CPATH}
   export CMAKE_PREFIX_PATH=$D
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
-{ cmake -S . -B build-gpu -G Ninja -DTF_CUDA=ON -DTF_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release &&
-  ninja -C build-gpu tensorfold tf_kernel_contract tf_tests; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-{
-  ./build-gpu/tf_kernel_contract 2>&1 | grep -E "SUMMARY|FAIL" | head -20
-  TF_TEST_DEVICE=cuda timeout 300 ./build-gpu/tf_tests --gtest_brief=1 \
-    --gtest_filter='Golden*:Recurrent*:Invariance*:PromptCache*:SiblingGroup*' 2>&1 | tail -25
-  timeout 300 python3 tests/gpu/golden_gpu.py build-gpu/tensorfold 2>&1 | tail -8
-} > "$OUT/exactness.log" 2>&1
-cat "$OUT/exactness.log"
-bench() {  # shape layers tag
-  local dir=/dev/shm/$1
-  python3 scripts/make_random_model.py --shape "$1" --layers "$2" --out "$dir" > /dev/null 2>&1 || { echo "make $1 failed"; return; }
-  python3 bench/active_bytes.py "$dir"
-  timeout 240 ./build-gpu/tensorfold bench --model "$dir" --device cuda --pp 4096 --tg 64 --batch 1 --json 2>&1 | tail -2
-  timeout 120 ./build-gpu/tensorfold bench --model "$dir" --device cuda --pp 16 --tg 64 --batch 64 --json 2>&1 | tail -2
-  timeout 150 ./build-gpu/tensorfold bench --model "$dir" --device cuda --pp 32768 --tg 2 --batch 1 --json 2>&1 | tail -2
-  timeout 240 python3 bench/bench_hf.py --model "$dir" --pp 4096 --tg 32 2>&1 | tail -1
-  rm -rf "$dir"
+build() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+  { cmake -S . -B "$BUILD" -G Ninja -DTF_CUDA=ON -DTF_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release &&
+    ninja -C "$BUILD" tensorfold tf_kernel_contract tf_tests; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 }
-{ bench nemotron-3-nano-30b-a3b "$LAYERS_NEMO"; bench qwen3-next-80b-a3b "$LAYERS_QNEXT"; } > "$OUT/bench_hybrid.jsonl" 2>&1
-cat "$OUT/bench_hybrid.jsonl"
+case "${1:-exact}" in
+exact)
+  build
+  {
+    "$BUILD"/tf_kernel_contract 2>&1 | grep -E "SUMMARY|FAIL" | head -20
+    TF_TEST_DEVICE=cuda timeout 300 "$BUILD"/tf_tests --gtest_brief=1 \
+      --gtest_filter='Golden*:*Recurrent*:Invariance*:PromptCache*:SiblingGroup*' 2>&1 | tail -25
+    timeout 240 python3 tests/gpu/golden_gpu.py "$BUILD"/tensorfold nemotron qwen3_next qwen3_5 2>&1 | tail -8
+  } > "$OUT/exactness.log" 2>&1
+  cat "$OUT/exactness.log" ;;
+bench)
+  [ -x "$BUILD"/tensorfold ] || build
+  shape=$2; layers=$3; dir=/dev/shm/$shape
+  {
+    python3 scripts/make_random_model.py --shape "$shape" --layers "$layers" --out "$dir" 2>&1 | tail -1
+    python3 bench/active_bytes.py "$dir"
+    timeout 150 "$BUILD"/tensorfold bench --model "$dir" --device cuda --pp 4096 --tg 64 --batch 1 --json 2>&1 | tail -2
+    timeout 100 "$BUILD"/tensorfold bench --model "$dir" --device cuda --pp 16 --tg 64 --batch 64 --json 2>&1 | tail -2
+    timeout 120 "$BUILD"/tensorfold bench --model "$dir" --device cuda --pp 32768 --tg 2 --batch 1 --json 2>&1 | tail -2
+    timeout 180 python3 bench/bench_hf.py --model "$dir" --pp 4096 --tg 16 2>&1 | tail -1
+  } > "$OUT/bench_$shape.jsonl" 2>&1
+  rm -rf "$dir"
+  cat "$OUT/bench_$shape.jsonl" ;;
+esac

@@ -1,8 +1,9 @@
 // Qwen3-Next / Qwen3.5 fixtures run through Model::forward directly (prefill with the chunked form,
 // greedy decode with the step form) against transformers' tokens and logits, plus resumed = cold
-// and concurrent = solo at the model level.
+// and concurrent = solo at the model level; multimodal Qwen3.5 folders serve their text path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -14,7 +15,7 @@
 namespace tf {
 namespace {
 
-const std::vector<std::string> kFixtures = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"};
+const std::vector<std::string> kFixtures = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5_vl"};
 
 // One sequence driven by hand: its pages, and the state slot it reads (the other one is written).
 struct Seq {
@@ -169,6 +170,167 @@ TEST(Qwen3NextConfig, BadLayerTypesAndSizesAreErrors) {
   EXPECT_THROW(load_model(files, *backend), Error);
   files.config = good;
   EXPECT_NO_THROW(load_model(files, *backend));
+}
+
+// A checkpoint's tensors seen through other names: `hide` is absent, and names starting with `from`
+// read the tensor named with `to` instead.
+class RenamedWeights : public WeightSource {
+ public:
+  RenamedWeights(std::shared_ptr<WeightSource> base, std::string hide, std::string from = "", std::string to = "")
+      : base_(std::move(base)), hide_(std::move(hide)), from_(std::move(from)), to_(std::move(to)) {}
+  const TensorView* find(const std::string& name) const override {
+    if (name == hide_) return nullptr;
+    if (!from_.empty() && name.rfind(from_, 0) == 0) return base_->find(to_ + name.substr(from_.size()));
+    if (!from_.empty() && name.rfind(to_, 0) == 0) return nullptr;
+    return base_->find(name);
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& n : base_->names()) {
+      if (from_.empty() || n.rfind(to_, 0) != 0) out.push_back(n);
+      else out.push_back(from_ + n.substr(to_.size()));
+    }
+    std::erase(out, hide_);
+    return out;
+  }
+  std::string describe() const override { return base_->describe() + " (renamed)"; }
+
+ private:
+  std::shared_ptr<WeightSource> base_;
+  std::string hide_, from_, to_;
+};
+
+std::string load_error(const ModelFiles& files) {
+  auto backend = make_cpu_backend(1);
+  try {
+    load_model(files, *backend);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Largest relative error of the first logits of the fixture's first prompt, loaded from `files`.
+double first_logit_error(const ModelFiles& files, const nlohmann::json& ex) {
+  auto backend = make_cpu_backend(1);
+  auto model = load_model(files, *backend);
+  model->reserve(16);
+  auto kv = backend->alloc_kv(model->n_kv_layers(), 8, 16, model->n_kv_heads(), model->head_dim());
+  Tensor pool = backend->alloc(2, model->state_floats());
+  std::vector<float> zeros(static_cast<size_t>(pool.cols), 0.0f);
+  backend->from_host(zeros.data(), pool.slice_rows(0, 1));
+  const auto& c = ex["cases"][1];
+  RoundInput in;
+  in.tokens = c["prompt"].get<std::vector<int32_t>>();
+  for (size_t i = 0; i < in.tokens.size(); ++i) {
+    in.layout.pos.push_back(static_cast<int32_t>(i));
+    in.layout.seq.push_back(0);
+  }
+  in.layout.seq_pages = {{0}};
+  in.logit_rows = {static_cast<int32_t>(in.tokens.size()) - 1};
+  in.states.pool = pool.data;
+  in.states.slot_floats = model->state_floats();
+  in.states.src = {0};
+  in.states.dst = {1};
+  in.states.step = {0};
+  std::vector<float> lg;
+  model->forward(in, *kv, lg);
+  const auto ref = c["first_logits"].get<std::vector<float>>();
+  double err = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    err = std::max(err, std::fabs(double{lg[i]} - ref[i]) / (1.0 + std::fabs(ref[i])));
+  return err;
+}
+
+TEST(Qwen3_5Multimodal, ConfigLiftsTextConfigAndKeepsOuterFields) {
+  ModelFiles files = open_model(test::golden_dir("qwen3_5_vl"));
+  ASSERT_TRUE(files.config.contains("text_config") && files.config.contains("vision_config"));
+  HfConfig c = parse_hf_config(files.config, "vl");
+  EXPECT_EQ(c.architecture, "Qwen3_5ForConditionalGeneration");
+  EXPECT_EQ(c.model_type, "qwen3_5_text");
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.num_hidden_layers, 4);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{2}));
+  // transformers reads tying and generation ids from the outer config first.
+  files.config["tie_word_embeddings"] = true;
+  files.config["eos_token_id"] = 7;
+  c = parse_hf_config(files.config, "vl");
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{7}));
+  files.config.erase("tie_word_embeddings");
+  files.config.erase("eos_token_id");
+  files.config["text_config"]["tie_word_embeddings"] = true;
+  c = parse_hf_config(files.config, "vl");
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{2}));
+}
+
+TEST(Qwen3_5Multimodal, TieFollowsTheOuterConfigAsTransformersDoes) {
+  ModelFiles files = open_model(test::golden_dir("qwen3_5_vl"));
+  const auto ex = expected("qwen3_5_vl");
+  ASSERT_FALSE(ex.is_null());
+  const nlohmann::json good = files.config;
+  EXPECT_LT(first_logit_error(files, ex), 1e-3);
+  // Absent at the top level: Qwen3_5Config's default (untied) wins over text_config.
+  files.config.erase("tie_word_embeddings");
+  files.config["text_config"]["tie_word_embeddings"] = true;
+  EXPECT_LT(first_logit_error(files, ex), 1e-3);
+  // Tied at the top level: the head is the embedding, so the logits move off the reference.
+  files.config = good;
+  files.config["tie_word_embeddings"] = true;
+  EXPECT_GT(first_logit_error(files, ex), 1e-2);
+}
+
+TEST(Qwen3_5Multimodal, MissingLanguageModelTensorIsNamed) {
+  ModelFiles files = open_model(test::golden_dir("qwen3_5_vl"));
+  const auto base = files.weights;
+  for (const std::string name : {"model.language_model.layers.2.linear_attn.in_proj_z.weight",
+                                 "model.language_model.layers.3.self_attn.k_proj.weight",
+                                 "model.language_model.embed_tokens.weight", "model.language_model.norm.weight"}) {
+    files.weights = std::make_shared<RenamedWeights>(base, name);
+    EXPECT_NE(load_error(files).find(name), std::string::npos) << name << ": " << load_error(files);
+  }
+  files.weights = std::make_shared<RenamedWeights>(base, "lm_head.weight");
+  EXPECT_NE(load_error(files).find("lm_head.weight"), std::string::npos);
+  // Vision and mtp tensors are not needed.
+  files.weights = std::make_shared<RenamedWeights>(base, "model.visual.pos_embed.weight");
+  EXPECT_EQ(load_error(files), "");
+  files.weights = std::make_shared<RenamedWeights>(base, "mtp.fc.weight");
+  EXPECT_EQ(load_error(files), "");
+  // A text-only folder's weights (model.*) under a multimodal config: the missing name is the nested one.
+  ModelFiles text = open_model(test::golden_dir("qwen3_5_text"));
+  text.config = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
+                 {"text_config", text.config}, {"tie_word_embeddings", true}};
+  EXPECT_NE(load_error(text).find("model.language_model.embed_tokens.weight"), std::string::npos)
+      << load_error(text);
+}
+
+TEST(Qwen3_5Multimodal, TextClassLoadsMultimodalWeights) {
+  // transformers' Qwen3_5ForCausalLM reads a multimodal folder by dropping "language_model.".
+  ModelFiles files = open_model(test::golden_dir("qwen3_5_vl"));
+  nlohmann::json text = files.config["text_config"];
+  text["architectures"] = {"Qwen3_5ForCausalLM"};
+  files.config = text;
+  EXPECT_LT(first_logit_error(files, expected("qwen3_5_vl")), 1e-3);
+}
+
+TEST(Qwen3_5Multimodal, MoeConditionalGenerationMatchesItsTextModel) {
+  // The MoE text fixture's tensors seen under the multimodal names, with a multimodal config around it.
+  ModelFiles files = open_model(test::golden_dir("qwen3_5_moe_text"));
+  const auto ex = expected("qwen3_5_moe_text");
+  ASSERT_FALSE(ex.is_null());
+  const bool tie = files.config.value("tie_word_embeddings", false);
+  files.config = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}}, {"model_type", "qwen3_5_moe"},
+                  {"text_config", files.config}, {"tie_word_embeddings", tie},
+                  {"vision_config", {{"model_type", "qwen3_5_moe_vision"}, {"depth", 1}}}};
+  files.weights = std::make_shared<RenamedWeights>(files.weights, "", "model.language_model.", "model.");
+  EXPECT_LT(first_logit_error(files, ex), 1e-3);
+  files.config["text_config"].erase("model_type");
+  EXPECT_LT(first_logit_error(files, ex), 1e-3);
+  const std::string expert = "model.language_model.layers.1.mlp.experts.3.up_proj.weight";
+  files.weights = std::make_shared<RenamedWeights>(files.weights, expert);
+  EXPECT_NE(load_error(files).find(expert), std::string::npos) << load_error(files);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3NextForward, ::testing::ValuesIn(kFixtures),
