@@ -150,6 +150,20 @@ std::vector<Case> kernels() {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 1024, 520, 200,
                                     {1, 2, 3, 7, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 200}, true, 14);
                }});
+  // Split-K shapes: several slices (and a short last one) on every path, the skinny, the
+  // one-block-per-slice and the folding tiles, with odd K taking the unvectorized loads.
+  v.push_back({"matmul BF16 80x4096x72 split-K (sampled m)", [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::BF16, 4096, 72, 80,
+                                    {1, 2, 8, 9, 16, 17, 40, 64, 65, 80}, true, 16);
+               }});
+  v.push_back({"matmul F16 70x1003x40 split-K odd K (sampled m)", [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::F16, 1003, 40, 70,
+                                    {1, 3, 8, 9, 16, 17, 33, 64, 65, 70}, false, 17);
+               }});
+  v.push_back({"matmul Q8_0 70x1344x96 split-K (sampled m)", [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::Q8_0, 1344, 96, 70,
+                                    {1, 7, 8, 9, 16, 17, 64, 65, 70}, true, 18);
+               }});
   v.push_back({"matmul Q8_0 150x512x200 (sampled m)", [](Backend& g, Backend& c) {
                  return matmul_gate(real_matmul(), g, c, DType::Q8_0, 512, 200, 150,
                                     {1, 5, 16, 17, 64, 65, 129, 150}, false, 15);

@@ -159,8 +159,7 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
                                        [static_cast<size_t>(pos / kv.page_size)];
     dst[static_cast<size_t>(r)] = static_cast<int64_t>(page) * kv.page_size + pos % kv.page_size;
   }
-  auto* d_dst = reinterpret_cast<int64_t*>(scratch(dst.size() * 8));
-  upload_bytes(d_dst, dst.data(), dst.size() * 8);
+  auto* d_dst = static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
   const int64_t total = k.rows * width;
   kv_store_kernel<<<grid_for(total, 256), 256>>>(kv.k_layer(layer), kv.v_layer(layer), k.data,
                                                  v.data, d_dst, width, total);
@@ -207,8 +206,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     meta[static_cast<size_t>(m + r)] = first;
     meta[static_cast<size_t>(2 * m + r)] = seq_off[static_cast<size_t>(s)];
   }
-  auto* d_meta = reinterpret_cast<int32_t*>(scratch(meta.size() * 4));
-  upload_bytes(d_meta, meta.data(), meta.size() * 4);
+  auto* d_meta = static_cast<const int32_t*>(this->meta(meta.data(), meta.size() * 4));
   AttnArgs a{q.data, out.data, kv.k_layer(layer), kv.v_layer(layer), d_meta, d_meta + m,
              d_meta + 2 * m, d_meta + 3 * m, kv.page_size, kv.kv_heads * kv.head_dim, p.n_heads,
              p.n_heads / p.n_kv_heads, p.head_dim, width, p.scale, p.softcap};

@@ -112,6 +112,10 @@ CudaBackend::CudaBackend(int device)
 CudaBackend::~CudaBackend() {
   blocks_.release_all([](float* p) { cudaFree(p); });
   cudaFree(scratch_);
+  cudaFreeHost(meta_host_);
+  cudaFree(meta_dev_);
+  cudaFree(partials_);
+  cudaFree(counters_);
 }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
@@ -148,6 +152,65 @@ void CudaBackend::from_host(const float* src, Tensor dst) {
 void CudaBackend::upload_bytes(void* dst, const void* src, uint64_t n) {
   if (n == 0) return;
   TF_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "upload of ", n, " bytes");
+}
+
+const void* CudaBackend::meta(const void* src, uint64_t n) {
+  const uint64_t len = (std::max<uint64_t>(n, 1) + 15) / 16 * 16;
+  for (auto it = meta_recent_.rbegin(); it != meta_recent_.rend(); ++it)
+    if (it->n == n && std::memcmp(meta_host_ + it->off, src, n) == 0) return meta_dev_ + it->off;
+  if (meta_used_ + len > meta_cap_) {
+    // The stream must have sent every earlier upload before their staging bytes are reused.
+    TF_CUDA_CHECK(cudaStreamSynchronize(0), "metadata upload of ", n, " bytes");
+    meta_used_ = 0;
+    meta_recent_.clear();
+    if (len > meta_cap_) {
+      const uint64_t cap = std::max<uint64_t>(len * 4, 1 << 20);
+      uint8_t* d = static_cast<uint8_t*>(device_zeroed(cap, "metadata ring"));
+      uint8_t* h = nullptr;
+      const cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&h), cap, cudaHostAllocDefault);
+      if (e != cudaSuccess) {
+        cudaFree(d);
+        fail("metadata ring: pinned allocation of ", cap, " bytes failed: ", cudaGetErrorString(e));
+      }
+      cudaFreeHost(meta_host_);
+      cudaFree(meta_dev_);
+      blocks_.counter()->fetch_sub(meta_cap_);
+      blocks_.counter()->fetch_add(cap);
+      meta_host_ = h, meta_dev_ = d, meta_cap_ = cap;
+    }
+  }
+  const uint64_t off = meta_used_;
+  meta_used_ += len;
+  if (n > 0) {
+    std::memcpy(meta_host_ + off, src, n);
+    TF_CUDA_CHECK(cudaMemcpyAsync(meta_dev_ + off, meta_host_ + off, n, cudaMemcpyHostToDevice, 0),
+                  "metadata upload of ", n, " bytes");
+  }
+  if (meta_recent_.size() >= 16) meta_recent_.erase(meta_recent_.begin());
+  meta_recent_.push_back({off, n});
+  return meta_dev_ + off;
+}
+
+float* CudaBackend::matmul_partials(uint64_t n) {
+  if (n <= partials_n_) return partials_;
+  const uint64_t want = std::max<uint64_t>(n, partials_n_ * 2);
+  float* p = static_cast<float*>(device_zeroed(want * 4, "matmul partials"));
+  cudaFree(partials_);
+  blocks_.counter()->fetch_sub(partials_n_ * 4);
+  blocks_.counter()->fetch_add(want * 4);
+  partials_ = p, partials_n_ = want;
+  return partials_;
+}
+
+unsigned* CudaBackend::matmul_counters(uint64_t n) {
+  if (n <= counters_n_) return counters_;
+  const uint64_t want = std::max<uint64_t>(n, std::max<uint64_t>(counters_n_ * 2, 4096));
+  auto* p = static_cast<unsigned*>(device_zeroed(want * 4, "matmul counters"));
+  cudaFree(counters_);
+  blocks_.counter()->fetch_sub(counters_n_ * 4);
+  blocks_.counter()->fetch_add(want * 4);
+  counters_ = p, counters_n_ = want;
+  return counters_;
 }
 
 uint8_t* CudaBackend::scratch(uint64_t n) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/block_table.h"
@@ -100,14 +101,33 @@ class CudaBackend : public Backend {
   uint8_t* scratch(uint64_t n);
   // Synchronous host-to-device copy of n bytes (checked).
   void upload_bytes(void* dst, const void* src, uint64_t n);
+  // Device copy of n bytes of per-round metadata for the next kernel: staged in pinned memory and
+  // sent with cudaMemcpyAsync on the stream, or a recent identical upload reused (every layer of a
+  // round sends the same positions and page lists). Valid until the next call.
+  const void* meta(const void* src, uint64_t n);
+  // Matmul split-K scratch: f32 partials of at least n floats, and per-tile arrival counters
+  // (zero between launches: the last block of a tile resets its counter).
+  float* matmul_partials(uint64_t n);
+  unsigned* matmul_counters(uint64_t n);
 
  private:
+  struct MetaEntry {
+    uint64_t off = 0, n = 0;
+  };
 
   int device_ = 0;
   std::string name_;
   BlockTable blocks_;
   uint8_t* scratch_ = nullptr;
   uint64_t scratch_bytes_ = 0;
+  uint8_t* meta_host_ = nullptr;  // pinned staging ring; byte i is sent to meta_dev_ + i
+  uint8_t* meta_dev_ = nullptr;
+  uint64_t meta_cap_ = 0, meta_used_ = 0;
+  std::vector<MetaEntry> meta_recent_;  // uploads since the ring last wrapped, newest last
+  float* partials_ = nullptr;
+  uint64_t partials_n_ = 0;
+  unsigned* counters_ = nullptr;
+  uint64_t counters_n_ = 0;
 };
 
 // Throws unless w is a weight this backend made; names the op.

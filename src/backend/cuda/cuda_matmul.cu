@@ -1,15 +1,20 @@
 // Matmul y = x * w^T (+ bias). BF16, F16 and Q8_0 weights run on bf16 tensor cores
 // (mma.sync m16n8k16, f32 accumulate); F32 weights run an exact-f32 warp dot.
 //
-// Order rule: every output element (r, n) is one chain of m16n8k16 steps over k = 0, 16, 32,
-// ... in increasing order, starting from +0. BF16/F16: x is split as hi = bf16(x), lo =
-// bf16(x - hi) so ~16 bits of x reach the tensor cores; each k16 step is mma(hi, w) then
-// mma(lo, w), and for F16 weights (split exactly as whi = bf16(w), wlo = w - whi) the steps are
-// mma(hi, whi), mma(lo, whi), mma(hi, wlo). Q8_0: x rounded to bf16, int8 values exact; each
-// block of 32 sums from zero in two steps, then acc = fma(scale, block_sum, acc). The bias is
-// added last.
-// Tile shapes differ with the row count, but the chain per element never does, and K is
-// never split, so a row's bits do not depend on M. Rows past M are zero padding.
+// Order rule: K is cut into S slices of ks (a multiple of 256) chosen from K and N alone
+// (split_for), never from M. Within a slice each output element (r, n) is one chain over the
+// k32 chunks that start inside the slice, in increasing k from +0. A chunk is two m16n8k16 steps
+// over a fixed interleave: step s takes k = 8 t + 4 s + {0, 1} into mma slots 2 t + {0, 1} and
+// k = 8 t + 4 s + {2, 3} into slots 8 + 2 t + {0, 1} (t = 0..3), so one thread's operands of a
+// chunk are 8 consecutive k (one 16-byte weight load). BF16/F16: x is split as hi = bf16(x),
+// lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights (split exactly as
+// whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). Q8_0: x rounded to bf16,
+// int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
+// acc = fma(scale, block_sum, acc). The slices' sums are added in slice order (p0 + p1, + p2,
+// ...), then the bias. Few rows: one block per (32 columns, slice) and the last block of a tile
+// to arrive adds the partials; many rows: one block walks every slice of its tile and folds each
+// slice's chain into the total as it ends. Rows past M are zero padding; padded k adds zeros.
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
@@ -44,27 +49,87 @@ __device__ __forceinline__ uint16_t lo_bits(float x, uint16_t hi) {
   return isfinite(h) ? bf16_bits(__fsub_rn(x, h)) : static_cast<uint16_t>(0);
 }
 
-// Shared-memory bytes of one instantiation: A hi (+ lo), B (+ F16 lo), Q8 scales.
-template <int BM, int BN, int BK, int WT>
+// Shared-memory bytes of one instantiation: A hi (+ lo), B (+ F16 lo), Q8 scales, and for a
+// block that folds slices the running totals.
+template <int BM, int BN, int BK, int WT, bool kGrid>
 constexpr int smem_bytes() {
-  return ((WT == kQ8 ? 1 : 2) * BM + (WT == kF16 ? 2 : 1) * BN) * (BK + 8) * 2 + BN * (BK / 32) * 4;
+  return ((WT == kQ8 ? 1 : 2) * BM + (WT == kF16 ? 2 : 1) * BN) * (BK + 8) * 2 +
+         BN * (BK / 32) * 4 + (kGrid ? 0 : BM * BN * 4);
 }
 
-// One block computes a BM x BN tile of y, walking K in tiles of BK (a multiple of 32).
-template <int BM, int BN, int BK, int WM, int WN, int WT>
+constexpr int64_t kSliceUnit = 256;   // slice lengths are multiples of this (and of every BK)
+constexpr int64_t kTargetBlocks = 4 * 132;  // few-row launches aim at 4 blocks per H200 SM
+constexpr int kSkinnyWarps = 4, kSkinnyBN = 8 * kSkinnyWarps, kSkinnyUnroll = 8;
+static_assert(kSliceUnit % (32 * kSkinnyUnroll) == 0, "a skinny step never crosses a slice");
+
+struct SplitArgs {
+  int64_t ks;  // slice length
+  int s;       // slice count
+  float* part;  // [s][M][N] partial sums (s > 1 and one block per slice)
+  unsigned* counters;
+};
+
+// The K split, a function of K and N only, so a row's chains never depend on the batch.
+SplitArgs split_for(int64_t K, int64_t N) {
+  const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
+  const int64_t want = std::min<int64_t>(64, (kTargetBlocks + tiles - 1) / tiles);
+  int64_t ks = ((K + want - 1) / want + kSliceUnit - 1) / kSliceUnit * kSliceUnit;
+  if (ks >= K) return {K, 1, nullptr, nullptr};
+  return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr};
+}
+
+__device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
+  return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
+}
+
+// After a block stored its partials: true in the block that arrived last at its tile, which
+// then resets the counter for the next launch.
+__device__ __forceinline__ bool arrive_last(unsigned* counter, int slices) {
+  __shared__ unsigned ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(counter, 1u);
+  __syncthreads();
+  const bool last = ticket == static_cast<unsigned>(slices - 1);
+  if (last) {
+    __threadfence();
+    if (threadIdx.x == 0) *counter = 0;
+  }
+  return last;
+}
+
+// Sums the slices' partials of rows [m0, m0 + rows) x columns [n0, n0 + cols) in slice order.
+__device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, int64_t N,
+                                              int64_t m0, int rows, int64_t n0, int cols,
+                                              const float* __restrict__ bias, float* __restrict__ y) {
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int64_t r = m0 + i / cols, c = n0 + i % cols;
+    if (r >= M || c >= N) continue;
+    float t = __ldcg(sp.part + r * N + c);
+    for (int s = 1; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * M + r) * N + c));
+    y[r * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
+  }
+}
+
+// One block computes a BM x BN tile of y, walking K in tiles of BK (a multiple of 32 dividing
+// kSliceUnit). kGrid: blockIdx.z is the slice and partials meet in sp.part; otherwise the
+// block walks every slice and folds each slice's chain into its total.
+template <int BM, int BN, int BK, int WM, int WN, int WT, bool kGrid>
 __global__ void __launch_bounds__(WM * WN * 32)
     mma_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                const float* __restrict__ wscale, const float* __restrict__ bias,
-               float* __restrict__ y, int64_t N, bool vec_x, bool vec_w) {
+               float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp) {
   constexpr int kThreads = WM * WN * 32, LDS = BK + 8;
   constexpr int TM = BM / WM / 16, TN = BN / WN / 8;
   constexpr bool kSplitX = WT != kQ8, kSplitW = WT == kF16;
+  static_assert(kSliceUnit % BK == 0 && BK % 32 == 0, "a tile never crosses a slice");
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* As = smem;                                  // [BM][LDS] bf16 bits of x (hi)
   uint16_t* Al = As + BM * LDS;                         // [BM][LDS] lo bits (split only)
   uint16_t* Bs = Al + (kSplitX ? BM * LDS : 0);         // [BN][LDS] bf16 bits of w (hi)
   uint16_t* Bl = Bs + BN * LDS;                         // [BN][LDS] F16 lo bits
   float* Ds = reinterpret_cast<float*>(Bl + (kSplitW ? BN * LDS : 0));  // [BN][BK / 32] Q8 scales
+  float* Ts = Ds + BN * (BK / 32);  // folded totals, [element][thread] (not kGrid)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int wm = warp / WN, wn = warp % WN;
@@ -76,11 +141,17 @@ __global__ void __launch_bounds__(WM * WN * 32)
     for (int j = 0; j < TN; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  bool have_tot = false;
+  int64_t kbeg = 0, kend = K;
+  if (kGrid) {
+    kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
+    kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  }
 
   // Rows past M stay zero for the whole K loop, so only the rows < M are loaded per tile.
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
   for (int i = tid; i < (kSplitX ? 2 : 1) * BM * LDS; i += kThreads) As[i] = 0;
-  for (int64_t k0 = 0; k0 < K; k0 += BK) {
+  for (int64_t k0 = kbeg; k0 < kend; k0 += BK) {
     // A tile: f32 rows of x as bf16 hi (and lo when split); k past K is zero.
     if (vec_x) {
       for (int i = tid; i < rv * BK / 4; i += kThreads) {
@@ -190,6 +261,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
     __syncthreads();
 #pragma unroll 1
     for (int kb = 0; kb < BK; kb += 32) {
+      if (k0 + kb >= kend) break;  // a chunk starting past the slice is not in the chain
       float part[TM][TN][4];
       if (WT == kQ8) {
 #pragma unroll
@@ -200,36 +272,37 @@ __global__ void __launch_bounds__(WM * WN * 32)
             for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
       }
 #pragma unroll
-      for (int kk = kb; kk < kb + 32; kk += 16) {
+      for (int st = 0; st < 2; ++st) {
+        const int kk = kb + 8 * t4 + 4 * st;  // this thread's k of the step (the interleave)
         uint32_t a[TM][4], al[TM][4];
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
-          const int o = (wm * TM * 16 + i * 16 + g) * LDS + kk + t4 * 2;
+          const int o = (wm * TM * 16 + i * 16 + g) * LDS + kk;
           const uint16_t* p = As + o;
           a[i][0] = *reinterpret_cast<const uint32_t*>(p);
           a[i][1] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS);
-          a[i][2] = *reinterpret_cast<const uint32_t*>(p + 8);
-          a[i][3] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS + 8);
+          a[i][2] = *reinterpret_cast<const uint32_t*>(p + 2);
+          a[i][3] = *reinterpret_cast<const uint32_t*>(p + 8 * LDS + 2);
           if (kSplitX) {
             const uint16_t* q = Al + o;
             al[i][0] = *reinterpret_cast<const uint32_t*>(q);
             al[i][1] = *reinterpret_cast<const uint32_t*>(q + 8 * LDS);
-            al[i][2] = *reinterpret_cast<const uint32_t*>(q + 8);
-            al[i][3] = *reinterpret_cast<const uint32_t*>(q + 8 * LDS + 8);
+            al[i][2] = *reinterpret_cast<const uint32_t*>(q + 2);
+            al[i][3] = *reinterpret_cast<const uint32_t*>(q + 8 * LDS + 2);
           }
         }
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-          const int o = (wn * TN * 8 + j * 8 + g) * LDS + kk + t4 * 2;
+          const int o = (wn * TN * 8 + j * 8 + g) * LDS + kk;
           const uint16_t* p = Bs + o;
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(p);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(p + 8);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(p + 2);
           uint32_t c0 = 0, c1 = 0;
           if (kSplitW) {
             c0 = *reinterpret_cast<const uint32_t*>(Bl + o);
-            c1 = *reinterpret_cast<const uint32_t*>(Bl + o + 8);
+            c1 = *reinterpret_cast<const uint32_t*>(Bl + o + 2);
           }
-          // Per element the k16 step is hi*w, then lo*w, then (F16) hi*wlo, in this order.
+          // Per element the step is hi*w, then lo*w, then (F16) hi*wlo, in this order.
 #pragma unroll
           for (int i = 0; i < TM; ++i) {
             if (WT == kQ8) {
@@ -258,7 +331,22 @@ __global__ void __launch_bounds__(WM * WN * 32)
       }
     }
     __syncthreads();
+    if (!kGrid && (k0 + BK >= K || (k0 + BK) % sp.ks == 0)) {
+      // The slice ends here: its chain joins the total in slice order.
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float& t = Ts[((i * TN + j) * 4 + e) * kThreads + tid];  // this thread's own slot
+            t = have_tot ? __fadd_rn(t, acc[i][j][e]) : acc[i][j][e];
+            acc[i][j][e] = 0.0f;
+          }
+      have_tot = true;
+    }
   }
+  const bool partial = kGrid && sp.s > 1;
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -267,8 +355,158 @@ __global__ void __launch_bounds__(WM * WN * 32)
       for (int e = 0; e < 4; ++e) {
         const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
         const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
-        if (r < M && c < N) y[r * N + c] = bias ? __fadd_rn(acc[i][j][e], bias[c]) : acc[i][j][e];
+        if (r >= M || c >= N) continue;
+        const float v = kGrid ? acc[i][j][e] : Ts[((i * TN + j) * 4 + e) * kThreads + tid];
+        if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = v;
+        else y[r * N + c] = bias ? __fadd_rn(v, bias[c]) : v;
       }
+  if (partial && arrive_last(sp.counters + blockIdx.y * gridDim.x + blockIdx.x, sp.s))
+    reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
+}
+
+// Up to 8 consecutive k of one row from k on, as f32 (zero past K).
+__device__ __forceinline__ void load_x8(float (&v)[8], const float* __restrict__ row, bool live,
+                                        int64_t K, int64_t k, bool vec) {
+  if (live && vec && k + 8 <= K) {
+    const float4 p = *reinterpret_cast<const float4*>(row + k);
+    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = live && k + e < K ? row[k + e] : 0.0f;
+  }
+}
+
+// The operand words of 8 f32 values: hi = bf16 pairs, lo = the remainders' bf16 pairs.
+template <bool kLo>
+__device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
+    hi[e] = pack2(h0, h1);
+    lo[e] = kLo ? pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1)) : 0u;
+  }
+}
+
+// Few rows (M <= 16): each warp owns 8 columns of a slice and loads its weight operands straight
+// from memory, 8 consecutive k per lane (16 bytes for BF16/F16), kSkinnyUnroll chunks in flight.
+// kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices).
+template <int WT, bool kHigh>
+__global__ void __launch_bounds__(kSkinnyWarps * 32)
+    skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
+                  const float* __restrict__ wscale, const float* __restrict__ bias,
+                  float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp) {
+  constexpr int U = kSkinnyUnroll;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyBN, nw = n0 + warp * 8;
+  const int64_t kbeg = static_cast<int64_t>(blockIdx.y) * sp.ks;
+  const int64_t kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  const int64_t wr = nw + g;  // the weight row this lane loads
+  const bool wlive = wr < N;
+  const bool live_a = g < M, live_b = kHigh && g + 8 < M;
+  const float* xa = x + (live_a ? g : 0) * K;
+  const float* xb = x + (live_b ? g + 8 : 0) * K;
+  const int64_t c0 = nw + 2 * t4;  // this lane's output columns c0, c0 + 1
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
+    uint32_t wb[U][4];
+    float sc[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = kc + 32 * u + 8 * t4;
+      const bool in = wlive && kc + 32 * u < kend;
+      if (WT == kQ8) {
+        uint2 q = make_uint2(0u, 0u);
+        if (in) q = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w) + wr * K + k);
+        wb[u][0] = q.x, wb[u][1] = q.y;
+        const int64_t blk = (kc + 32 * u) / 32;
+        const bool sin = kc + 32 * u < kend;
+        sc[u][0] = sin && c0 < N ? wscale[c0 * (K / 32) + blk] : 0.0f;
+        sc[u][1] = sin && c0 + 1 < N ? wscale[(c0 + 1) * (K / 32) + blk] : 0.0f;
+      } else {
+        const uint16_t* w16 = static_cast<const uint16_t*>(w) + wr * K;
+        if (in && vec_w && k + 8 <= K) {
+          const uint4 v = *reinterpret_cast<const uint4*>(w16 + k);
+          wb[u][0] = v.x, wb[u][1] = v.y, wb[u][2] = v.z, wb[u][3] = v.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint16_t h0 = in && k + 2 * e < K ? w16[k + 2 * e] : 0;
+            const uint16_t h1 = in && k + 2 * e + 1 < K ? w16[k + 2 * e + 1] : 0;
+            wb[u][e] = pack2(h0, h1);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (kc + 32 * u >= kend) break;  // a chunk starting past the slice is not in the chain
+      const int64_t k = kc + 32 * u + 8 * t4;
+      float v[8];
+      uint32_t ah[4], al[4], bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
+      load_x8(v, xa, live_a, K, k, vec_x);
+      split8<WT != kQ8>(v, ah, al);
+      if (kHigh) {
+        load_x8(v, xb, live_b, K, k, vec_x);
+        split8<WT != kQ8>(v, bh, bl);
+      }
+      // Weight words as bf16 pairs (F16: hi in wh, exact remainder in wl).
+      uint32_t wh[4], wl[4];
+      if (WT == kQ8) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t word = wb[u][e / 2];
+          const int sh = 16 * (e % 2);
+          const float f0 = static_cast<float>(static_cast<int8_t>(word >> sh));
+          const float f1 = static_cast<float>(static_cast<int8_t>(word >> (sh + 8)));
+          wh[e] = pack2(bf16_bits(f0), bf16_bits(f1));
+          wl[e] = 0u;
+        }
+      } else if (WT == kF16) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(wb[u][e] & 0xffffu)));
+          const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(wb[u][e] >> 16)));
+          const uint16_t h0 = bf16_bits(f0), h1 = bf16_bits(f1);
+          wh[e] = pack2(h0, h1);
+          wl[e] = pack2(lo_bits(f0, h0), lo_bits(f1, h1));
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) wh[e] = wb[u][e], wl[e] = 0u;
+      }
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int st = 0; st < 2; ++st) {
+        const uint32_t a[4] = {ah[2 * st], bh[2 * st], ah[2 * st + 1], bh[2 * st + 1]};
+        const uint32_t b0 = wh[2 * st], b1 = wh[2 * st + 1];
+        if (WT == kQ8) {
+          mma_bf16(part, a, b0, b1);
+        } else {
+          const uint32_t l[4] = {al[2 * st], bl[2 * st], al[2 * st + 1], bl[2 * st + 1]};
+          mma_bf16(acc, a, b0, b1);
+          mma_bf16(acc, l, b0, b1);
+          if (WT == kF16) mma_bf16(acc, a, wl[2 * st], wl[2 * st + 1]);
+        }
+      }
+      if (WT == kQ8) {
+        acc[0] = __fmaf_rn(sc[u][0], part[0], acc[0]);
+        acc[1] = __fmaf_rn(sc[u][1], part[1], acc[1]);
+        acc[2] = __fmaf_rn(sc[u][0], part[2], acc[2]);
+        acc[3] = __fmaf_rn(sc[u][1], part[3], acc[3]);
+      }
+    }
+  }
+  const bool partial = sp.s > 1;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t r = g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
+    if (r >= M || c >= N) continue;
+    if (partial) sp.part[(static_cast<int64_t>(blockIdx.y) * M + r) * N + c] = acc[e];
+    else y[r * N + c] = bias ? __fadd_rn(acc[e], bias[c]) : acc[e];
+  }
+  if (partial && arrive_last(sp.counters + blockIdx.x, sp.s))
+    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, kSkinnyBN, bias, y);
 }
 
 // F32 weights: one warp per output, lane j takes k = j (mod 32) in increasing k by fma, then
@@ -288,10 +526,11 @@ __global__ void f32_matmul(const float* __restrict__ x, int64_t M, int64_t K,
   if (lane == 0) y[r * N + n] = bias ? __fadd_rn(s, bias[n]) : s;
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int WT>
-void launch_mma(const Tensor& x, const CudaWeight& w, const float* bias, Tensor y) {
-  constexpr int kSmem = smem_bytes<BM, BN, BK, WT>();
-  auto kern = mma_matmul<BM, BN, BK, WM, WN, WT>;
+template <int BM, int BN, int BK, int WM, int WN, int WT, bool kGrid>
+void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias, Tensor y,
+                SplitArgs sp) {
+  constexpr int kSmem = smem_bytes<BM, BN, BK, WT, kGrid>();
+  auto kern = mma_matmul<BM, BN, BK, WM, WN, WT, kGrid>;
   static bool raised = false;  // one attribute call per instantiation
   if (!raised) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
@@ -301,17 +540,40 @@ void launch_mma(const Tensor& x, const CudaWeight& w, const float* bias, Tensor 
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
   const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
-                  static_cast<unsigned>((x.rows + BM - 1) / BM));
+                  static_cast<unsigned>((x.rows + BM - 1) / BM),
+                  static_cast<unsigned>(kGrid ? sp.s : 1));
+  if (kGrid && sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
+  }
   kern<<<grid, WM * WN * 32, kSmem>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
-                                      y.cols, vec_x, vec_w);
+                                      y.cols, vec_x, vec_w, sp);
 }
 
 template <int WT>
-void launch_by_rows(const Tensor& x, const CudaWeight& w, const float* bias, Tensor y) {
-  // Few rows: narrow deep tiles so many blocks stream the weight; many rows: square tiles.
-  if (x.rows <= 16) launch_mma<16, 16, 512, 1, 2, WT>(x, w, bias, y);
-  else if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT>(x, w, bias, y);
-  else launch_mma<128, 128, 32, 2, 4, WT>(x, w, bias, y);
+void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                   Tensor y, SplitArgs sp) {
+  const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
+  const dim3 grid(static_cast<unsigned>((y.cols + kSkinnyBN - 1) / kSkinnyBN),
+                  static_cast<unsigned>(sp.s));
+  if (sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+    sp.counters = be.matmul_counters(grid.x);
+  }
+  auto kern = x.rows > 8 ? skinny_matmul<WT, true> : skinny_matmul<WT, false>;
+  kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
+                                    y.cols, vec_x, vec_w, sp);
+}
+
+template <int WT>
+void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                    Tensor y) {
+  // Every path runs the same slices and chains; the row count only picks who runs them.
+  const SplitArgs sp = split_for(x.cols, y.cols);
+  if (x.rows <= 16) launch_skinny<WT>(be, x, w, bias, y, sp);
+  else if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT, true>(be, x, w, bias, y, sp);
+  else launch_mma<128, 128, 32, 2, 4, WT, false>(be, x, w, bias, y, sp);
 }
 
 }  // namespace
@@ -333,9 +595,9 @@ void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, 
   if (x.rows == 0 || w.rows == 0) return;
   TF_CHECK(x.rows <= 65535L * 16, "matmul: ", x.rows, " rows is more than one call takes");
   switch (w.dtype) {
-    case DType::BF16: launch_by_rows<kBF16>(x, w, b, y); break;
-    case DType::F16: launch_by_rows<kF16>(x, w, b, y); break;
-    case DType::Q8_0: launch_by_rows<kQ8>(x, w, b, y); break;
+    case DType::BF16: launch_by_rows<kBF16>(*this, x, w, b, y); break;
+    case DType::F16: launch_by_rows<kF16>(*this, x, w, b, y); break;
+    case DType::Q8_0: launch_by_rows<kQ8>(*this, x, w, b, y); break;
     default: {
       const int warps = 8;
       const dim3 grid(grid_for(w.rows, warps), static_cast<unsigned>(x.rows));

@@ -2,6 +2,7 @@
 // Compiled with --fmad=false, so products and sums round separately as in the cpu backend.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -131,8 +132,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor o
     TF_CHECK(ids[i] >= 0 && ids[i] < t.rows, "embed: id ", ids[i], " at ", i,
              " is outside table ", t.name, " of ", t.rows, " rows");
   if (n == 0) return;
-  auto* d_ids = reinterpret_cast<int32_t*>(scratch(static_cast<uint64_t>(n) * 4));
-  upload_bytes(d_ids, ids, static_cast<uint64_t>(n) * 4);
+  auto* d_ids = static_cast<const int32_t*>(meta(ids, static_cast<uint64_t>(n) * 4));
   const int64_t total = n * t.cols;
   embed_kernel<<<grid_for(total, 256), 256>>>(dt_code(t.dtype), t.data, t.scales, d_ids, t.cols,
                                               out.data, total);
@@ -165,9 +165,11 @@ void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopePara
   const int half = p.rot_dim / 2;
   if (half == 0 || x.rows == 0) return;
   const uint64_t pos_bytes = static_cast<uint64_t>(x.rows) * 4, off = (pos_bytes + 15) / 16 * 16;
-  uint8_t* s = scratch(off + static_cast<uint64_t>(half) * 4);
-  upload_bytes(s, pos, pos_bytes);
-  upload_bytes(s + off, p.inv_freq.data(), static_cast<uint64_t>(half) * 4);
+  // Positions and frequencies go up as one blob, so q and k of every layer reuse one upload.
+  std::vector<uint8_t> blob(off + static_cast<uint64_t>(half) * 4, 0);
+  std::memcpy(blob.data(), pos, pos_bytes);
+  std::memcpy(blob.data() + off, p.inv_freq.data(), static_cast<uint64_t>(half) * 4);
+  auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
   const int64_t total = x.rows * half;
   rope_kernel<<<grid_for(total, 128), 128>>>(x.data, x.rows, x.cols, n_heads, p.head_dim, half,
                                              p.neox, reinterpret_cast<const int32_t*>(s),
@@ -255,8 +257,7 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Ten
              " is outside src of ", src.rows, " rows");
   const int64_t total = n * src.cols;
   if (total == 0) return;
-  auto* d_rows = reinterpret_cast<int32_t*>(scratch(static_cast<uint64_t>(n) * 4));
-  upload_bytes(d_rows, rows, static_cast<uint64_t>(n) * 4);
+  auto* d_rows = static_cast<const int32_t*>(meta(rows, static_cast<uint64_t>(n) * 4));
   gather_kernel<<<grid_for(total, 256), 256>>>(src.data, d_rows, src.cols, dst.data, total);
   check_launch("gather_rows");
 }
@@ -273,9 +274,10 @@ void CudaBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_
              " is outside dst of ", dst.rows, " rows");
   if (n == 0 || dst.cols == 0) return;
   const uint64_t off = (static_cast<uint64_t>(n) * 4 + 15) / 16 * 16;
-  uint8_t* s = scratch(off + static_cast<uint64_t>(n) * 4);
-  upload_bytes(s, rows, static_cast<uint64_t>(n) * 4);
-  upload_bytes(s + off, w, static_cast<uint64_t>(n) * 4);
+  std::vector<uint8_t> blob(off + static_cast<uint64_t>(n) * 4, 0);
+  std::memcpy(blob.data(), rows, static_cast<uint64_t>(n) * 4);
+  std::memcpy(blob.data() + off, w, static_cast<uint64_t>(n) * 4);
+  auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
   scatter_kernel<<<grid_for(dst.cols, 128), 128>>>(dst.data, src.data,
                                                    reinterpret_cast<const int32_t*>(s),
                                                    reinterpret_cast<const float*>(s + off), n,
