@@ -283,8 +283,9 @@ def test_penalties_reduce_repetition(client):
     r = complete(client, max_tokens=32, temperature=0, frequency_penalty=-2.0,
                  extra_body={"return_token_ids": True, "ignore_eos": True})
     assert len(set(ids_of(r))) <= len(set(greedy))
-    c = chat(client, max_tokens=16, temperature=0, presence_penalty=2.0, extra_body={"ignore_eos": True})
-    g = chat(client, max_tokens=16, temperature=0, extra_body={"ignore_eos": True})
+    # Long enough for the trained model's greedy reply to reuse a token, which the penalty then avoids.
+    c = chat(client, max_tokens=48, temperature=0, presence_penalty=2.0, extra_body={"ignore_eos": True})
+    g = chat(client, max_tokens=48, temperature=0, extra_body={"ignore_eos": True})
     assert c.choices[0].message.content != g.choices[0].message.content
 
 
