@@ -101,6 +101,9 @@ std::vector<Kind> layer_kinds(const json& j, const std::string& src) {
     fail(src, ": nemotron_h needs 'layers_block_type' or 'hybrid_override_pattern'");
   }
   TF_CHECK(out.size() <= 4096, src, ": ", out.size(), " layers is too many");
+  if (j.contains("num_hidden_layers") && j["num_hidden_layers"].is_number())
+    TF_CHECK(j["num_hidden_layers"].get<double>() == static_cast<double>(out.size()), src, ": num_hidden_layers ",
+             j["num_hidden_layers"].dump(), " disagrees with the ", out.size(), " layers of the layer pattern");
   return out;
 }
 
