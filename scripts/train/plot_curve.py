@@ -31,7 +31,7 @@ def main():
         ax.scatter([b["tokens"] / 1e6], [b["val_loss"]], s=40, zorder=3)
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("held-out loss (nats per token)")
-    ax.set_title("Held-out loss during training (H200, three runs sharing one GPU)")
+    ax.set_title("Held-out loss during training (H200)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
