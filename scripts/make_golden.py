@@ -82,6 +82,37 @@ def old_style_config(path):
         json.dump(cfg, f, indent=2)
 
 
+def record_expected(d, ref, prompts, model_type, attention_mask=False):
+    """Greedy tokens, top-2 margins and first-step logits of ref on each prompt into d/expected.json;
+    returns {tensor name: shape} of the folder's safetensors."""
+    from safetensors import safe_open
+    ref.eval()
+    cases = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        extra = {"attention_mask": torch.ones_like(ids)} if attention_mask else {}
+        with torch.no_grad():
+            out = ref.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
+                               return_dict_in_generate=True, eos_token_id=None, pad_token_id=0, **extra)
+        tokens = out.sequences[0, len(prompt):].tolist()
+        steps = []
+        for lg in out.logits:
+            top = torch.topk(lg[0].float(), 2)
+            steps.append({"margin": float(top.values[0] - top.values[1])})
+        first = out.logits[0][0].float().tolist()
+        cases.append({"prompt": prompt, "tokens": tokens, "steps": steps, "first_logits": first})
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
+                   "model_type": model_type, "cases": cases}, f)
+    names = {}
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".safetensors"):
+            with safe_open(os.path.join(d, fn), "pt") as st:
+                for k in st.keys():
+                    names[k] = list(st.get_slice(k).get_shape())
+    return names
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -100,33 +131,8 @@ def main():
             old_style_config(os.path.join(d, "config.json"))
         # Reference: the saved bf16 weights computed in float32.
         ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-        ref.eval()
-        cases = []
-        for prompt in PROMPTS:
-            ids = torch.tensor([prompt])
-            with torch.no_grad():
-                out = ref.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
-                                   return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
-            tokens = out.sequences[0, len(prompt):].tolist()
-            steps = []
-            for lg in out.logits:
-                row = lg[0].float()
-                top = torch.topk(row, 2)
-                steps.append({"margin": float(top.values[0] - top.values[1])})
-            first = out.logits[0][0].float().tolist()
-            cases.append({"prompt": prompt, "tokens": tokens, "steps": steps, "first_logits": first})
-        with open(os.path.join(d, "expected.json"), "w") as f:
-            json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                       "model_type": model_type, "cases": cases}, f)
-        names = {}
-        from safetensors import safe_open
-        for fn in sorted(os.listdir(d)):
-            if fn.endswith(".safetensors"):
-                with safe_open(os.path.join(d, fn), "pt") as st:
-                    for k in st.keys():
-                        names[k] = list(st.get_slice(k).get_shape())
+        names = record_expected(d, ref, PROMPTS, model_type)
         print(name, "tensors:", len(names), sorted(names.items())[:12])
-
 
 if __name__ == "__main__":
     main()

@@ -7,17 +7,15 @@ Run with the CPU torch environment:
     /work/torchenv/bin/python scripts/make_golden_hybrid.py --out tests/fixtures/golden
 """
 import argparse
-import json
 import os
 import shutil
 import sys
 
 import torch
-import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import NEW_TOKENS, PROMPTS, VOCAB, randomize  # noqa: E402
+from make_golden import PROMPTS, VOCAB, randomize, record_expected  # noqa: E402
 
 # One prompt past three SSD chunks of 16 and one that ends exactly on a chunk edge.
 HYBRID_PROMPTS = PROMPTS + [list(range(7, 7 + 32 * 13, 13)), [(i * 37 + 5) % VOCAB for i in range(53)]]
@@ -76,35 +74,10 @@ def main():
         model.save_pretrained(d, safe_serialization=True)
         # Reference: the saved bf16 weights computed in float32.
         ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-        ref.eval()
-        cases = []
-        for prompt in HYBRID_PROMPTS:
-            ids = torch.tensor([prompt])
-            with torch.no_grad():
-                out = ref.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
-                                   return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
-            tokens = out.sequences[0, len(prompt):].tolist()
-            steps = []
-            for lg in out.logits:
-                row = lg[0].float()
-                top = torch.topk(row, 2)
-                steps.append({"margin": float(top.values[0] - top.values[1])})
-            first = out.logits[0][0].float().tolist()
-            cases.append({"prompt": prompt, "tokens": tokens, "steps": steps, "first_logits": first})
-        with open(os.path.join(d, "expected.json"), "w") as f:
-            json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                       "model_type": model_type, "cases": cases}, f)
-        from safetensors import safe_open
-        names = {}
-        for fn in sorted(os.listdir(d)):
-            if fn.endswith(".safetensors"):
-                with safe_open(os.path.join(d, fn), "pt") as st:
-                    for k in st.keys():
-                        names[k] = (list(st.get_slice(k).get_shape()), st.get_slice(k).get_dtype())
+        names = record_expected(d, ref, HYBRID_PROMPTS, model_type)
         print(name, "tensors:", len(names))
         for k, v in sorted(names.items()):
             print("  ", k, v)
-
 
 if __name__ == "__main__":
     main()

@@ -9,19 +9,17 @@ greedy tokens and logits from the ConditionalGeneration model itself on text-onl
 Same folder format as scripts/make_golden.py. One prompt is longer than transformers' delta-rule chunk of 64.
 """
 import argparse
-import json
 import os
 import shutil
 import sys
 
 import torch
-import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import NEW_TOKENS, PROMPTS, randomize  # noqa: E402
+from make_golden import randomize, record_expected  # noqa: E402
 from make_golden_qwen3_next import ALL_PROMPTS, BASE, tune  # noqa: E402
 
 TEXT = dict(BASE, layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
@@ -64,26 +62,9 @@ def main():
     model.save_pretrained(d, safe_serialization=True)
     add_mtp(os.path.join(d, "model.safetensors"), TEXT["hidden_size"], 4100)
     ref = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-    ref.eval()
     emb = ref.model.language_model.embed_tokens.weight
     assert ref.lm_head.weight.data_ptr() != emb.data_ptr() and not torch.equal(ref.lm_head.weight, emb)
-    cases = []
-    for prompt in ALL_PROMPTS:
-        ids = torch.tensor([prompt])
-        with torch.no_grad():
-            out = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                               do_sample=False, output_logits=True, return_dict_in_generate=True,
-                               eos_token_id=None, pad_token_id=0)
-        tokens = out.sequences[0, len(prompt):].tolist()
-        steps = []
-        for lg in out.logits:
-            top = torch.topk(lg[0].float(), 2)
-            steps.append({"margin": float(top.values[0] - top.values[1])})
-        first = out.logits[0][0].float().tolist()
-        cases.append({"prompt": prompt, "tokens": tokens, "steps": steps, "first_logits": first})
-    with open(os.path.join(d, "expected.json"), "w") as f:
-        json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                   "model_type": "qwen3_5", "cases": cases}, f)
+    record_expected(d, ref, ALL_PROMPTS, "qwen3_5", attention_mask=True)
     with safe_open(os.path.join(d, "model.safetensors"), "pt") as st:
         keys = sorted(st.keys())
     print(name, "tensors:", len(keys))

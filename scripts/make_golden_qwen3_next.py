@@ -8,17 +8,15 @@ Same folder format as scripts/make_golden.py (whose helpers it reuses). transfor
 uses a fixed chunk of 64, so one prompt is longer than 64 tokens to cross a chunk seam.
 """
 import argparse
-import json
 import os
 import shutil
 import sys
 
 import torch
-import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import NEW_TOKENS, PROMPTS, randomize  # noqa: E402
+from make_golden import PROMPTS, randomize, record_expected  # noqa: E402
 
 VOCAB = 512
 LONG_PROMPT = [3 + (7 + 13 * i) % 509 for i in range(80)]
@@ -83,35 +81,11 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
         model.save_pretrained(d, safe_serialization=True)
         ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-        ref.eval()
-        cases = []
-        for prompt in ALL_PROMPTS:
-            ids = torch.tensor([prompt])
-            with torch.no_grad():
-                out = ref.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
-                                   return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
-            tokens = out.sequences[0, len(prompt):].tolist()
-            steps = []
-            for lg in out.logits:
-                top = torch.topk(lg[0].float(), 2)
-                steps.append({"margin": float(top.values[0] - top.values[1])})
-            first = out.logits[0][0].float().tolist()
-            cases.append({"prompt": prompt, "tokens": tokens, "steps": steps, "first_logits": first})
-        with open(os.path.join(d, "expected.json"), "w") as f:
-            json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                       "model_type": model_type, "cases": cases}, f)
-        from safetensors import safe_open
-        names = {}
-        for fn in sorted(os.listdir(d)):
-            if fn.endswith(".safetensors"):
-                with safe_open(os.path.join(d, fn), "pt") as st:
-                    for k in st.keys():
-                        names[k] = list(st.get_slice(k).get_shape())
+        names = record_expected(d, ref, ALL_PROMPTS, model_type)
         print(name, "tensors:", len(names))
         for k, v in sorted(names.items()):
             if ".layers.0." in k or ".layers.1." in k or "layers" not in k:
                 print("  ", k, v)
-
 
 if __name__ == "__main__":
     main()
