@@ -1,9 +1,13 @@
 #pragma once
 // Loads a golden fixture model and runs requests through the engine for tests.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -75,6 +79,53 @@ inline std::vector<Trace> run_jobs(Model& model, Backend& backend, const EngineO
   }
   engine.run_until_idle();
   return traces;
+}
+
+// One request's trace, the prompt tokens it adopted from the cache and how it ended.
+struct Run {
+  Trace trace;
+  int cached = 0;
+  FinishReason finish = FinishReason::None;
+};
+
+// Submits all jobs to a running engine (under one cache salt) and runs it until idle.
+inline std::vector<Run> submit_all(Engine& engine, const std::vector<Job>& jobs, int32_t vocab,
+                                   const std::string& salt = {}) {
+  std::vector<Run> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    GenerationRequest req;
+    req.prompt = jobs[i].prompt;
+    req.max_tokens = jobs[i].max_tokens;
+    req.sampling = jobs[i].sampling;
+    req.cache_salt = salt;
+    Run* r = &out[i];
+    req.on_logits = [r, vocab](int pos, const float* lg) { r->trace.logits[pos].assign(lg, lg + vocab); };
+    req.on_event = [r](const TokenEvent& ev) {
+      if (ev.token >= 0) r->trace.tokens.push_back(ev.token);
+      r->cached = ev.cached_tokens;
+      if (ev.finish != FinishReason::None) r->finish = ev.finish;
+    };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  return out;
+}
+
+// The same tokens, and every row the second run computed bit-identical to the first's there.
+inline void expect_same(const Trace& ref, const Trace& got, const std::string& what) {
+  EXPECT_EQ(ref.tokens, got.tokens) << what;
+  ASSERT_FALSE(got.logits.empty()) << what;
+  for (const auto& [pos, row] : got.logits) {
+    auto it = ref.logits.find(pos);
+    ASSERT_NE(it, ref.logits.end()) << what << " position " << pos;
+    ASSERT_EQ(std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)), 0) << what << " position " << pos;
+  }
+}
+
+inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
 }
 
 }  // namespace tf::test

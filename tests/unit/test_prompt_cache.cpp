@@ -11,47 +11,9 @@ namespace tf {
 
 namespace {
 
-struct Result {
-  test::Trace trace;
-  int cached = 0;
-};
-
-std::vector<Result> submit_all(Engine& engine, const std::vector<test::Job>& jobs, int32_t vocab,
-                               const std::string& salt = {}) {
-  std::vector<Result> out(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    GenerationRequest req;
-    req.prompt = jobs[i].prompt;
-    req.max_tokens = jobs[i].max_tokens;
-    req.sampling = jobs[i].sampling;
-    req.cache_salt = salt;
-    Result* r = &out[i];
-    req.on_logits = [r, vocab](int pos, const float* lg) { r->trace.logits[pos].assign(lg, lg + vocab); };
-    req.on_event = [r](const TokenEvent& ev) {
-      if (ev.token >= 0) r->trace.tokens.push_back(ev.token);
-      r->cached = ev.cached_tokens;
-    };
-    engine.submit(std::move(req));
-  }
-  engine.run_until_idle();
-  return out;
-}
-
-void expect_same(const test::Trace& cold, const test::Trace& warm, const std::string& what) {
-  EXPECT_EQ(cold.tokens, warm.tokens) << what;
-  // The warm run computes only the rows after its cached prefix; each of those is bit-identical.
-  for (const auto& [pos, row] : warm.logits) {
-    auto it = cold.logits.find(pos);
-    ASSERT_NE(it, cold.logits.end()) << what << " position " << pos;
-    EXPECT_EQ(std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)), 0) << what << " position " << pos;
-  }
-}
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t vocab) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
+using test::expect_same;
+using test::random_tokens;
+using test::submit_all;
 
 void expect_census(const Engine& e, const std::string& what) {
   EXPECT_TRUE(e.audit()) << what;

@@ -24,48 +24,9 @@ std::vector<std::string> hybrid_fixtures() {
   return out;
 }
 
-struct Run {
-  test::Trace trace;
-  int cached = 0;
-  FinishReason finish = FinishReason::None;
-};
-
-std::vector<Run> submit_all(Engine& engine, const std::vector<test::Job>& jobs, int32_t vocab) {
-  std::vector<Run> out(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    GenerationRequest req;
-    req.prompt = jobs[i].prompt;
-    req.max_tokens = jobs[i].max_tokens;
-    req.sampling = jobs[i].sampling;
-    Run* r = &out[i];
-    req.on_logits = [r, vocab](int pos, const float* lg) { r->trace.logits[pos].assign(lg, lg + vocab); };
-    req.on_event = [r](const TokenEvent& ev) {
-      if (ev.token >= 0) r->trace.tokens.push_back(ev.token);
-      r->cached = ev.cached_tokens;
-      if (ev.finish != FinishReason::None) r->finish = ev.finish;
-    };
-    engine.submit(std::move(req));
-  }
-  engine.run_until_idle();
-  return out;
-}
-
-// Every row the second run computed is bit-identical to the first's at that position.
-void expect_same(const test::Trace& ref, const test::Trace& got, const std::string& what) {
-  EXPECT_EQ(ref.tokens, got.tokens) << what;
-  ASSERT_FALSE(got.logits.empty()) << what;
-  for (const auto& [pos, row] : got.logits) {
-    auto it = ref.logits.find(pos);
-    ASSERT_NE(it, ref.logits.end()) << what << " position " << pos;
-    ASSERT_EQ(std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)), 0) << what << " position " << pos;
-  }
-}
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t vocab) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
+using test::expect_same;
+using test::random_tokens;
+using test::submit_all;
 
 void expect_idle(const Engine& e, const std::string& what) {
   EXPECT_TRUE(e.audit()) << what;
