@@ -250,4 +250,16 @@ void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weigh
   }
 }
 
+void alloc_moe_scratch(Backend& b, Scratch& s, int64_t rows, int64_t hidden, int64_t experts, int64_t inter,
+                       bool gated, bool shared_gate) {
+  s.router = b.alloc(rows, experts);
+  s.moe_in = b.alloc(rows, hidden);
+  s.moe_out = b.alloc(rows, hidden);
+  s.moe_acc = b.alloc(rows, hidden);
+  if (gated) s.moe_gate = b.alloc(rows, inter);
+  s.moe_up = b.alloc(rows, inter);
+  s.moe_act = b.alloc(rows, inter);
+  if (shared_gate) s.shared_gate = b.alloc(rows, 1);
+}
+
 }  // namespace tf

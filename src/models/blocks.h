@@ -92,6 +92,10 @@ void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor ga
                  Tensor act);
 void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& s);
 
+// Router and expert buffers of MoE layers with `experts` experts of width `inter` (gated experts
+// also get moe_gate; a gated shared expert gets shared_gate).
+void alloc_moe_scratch(Backend& b, Scratch& s, int64_t rows, int64_t hidden, int64_t experts, int64_t inter,
+                       bool gated, bool shared_gate);
 // Checks a round's rows and tokens against the reserved scratch and the vocabulary.
 void check_round(const RoundInput& in, int max_rows, int32_t vocab);
 // Final norm and head over the rows in in.logit_rows of x, s.max_logit_rows at a time, into host logits.

@@ -54,16 +54,7 @@ void TransformerModel::reserve(int max_rows) {
     s_.up = b_.alloc(R, inter);
     s_.act = b_.alloc(R, inter);
   }
-  if (c.num_experts > 0) {
-    s_.router = b_.alloc(R, c.num_experts);
-    s_.moe_in = b_.alloc(R, H);
-    s_.moe_out = b_.alloc(R, H);
-    s_.moe_acc = b_.alloc(R, H);
-    s_.moe_gate = b_.alloc(R, c.moe_intermediate_size);
-    s_.moe_up = b_.alloc(R, c.moe_intermediate_size);
-    s_.moe_act = b_.alloc(R, c.moe_intermediate_size);
-    s_.shared_gate = b_.alloc(R, 1);
-  }
+  if (c.num_experts > 0) alloc_moe_scratch(b_, s_, R, H, c.num_experts, c.moe_intermediate_size, true, true);
   s_.max_logit_rows = static_cast<int>(std::min<int64_t>(R, 64));
   s_.final_rows = b_.alloc(s_.max_logit_rows, H);
   s_.logits = b_.alloc(s_.max_logit_rows, c.vocab_size);

@@ -129,20 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Families, PromptCache, ::testing::Values("llama", "qwen
 
 namespace {
 
-// Throws from forward when armed, to check that a failed round gives its pages back.
-class FailingModel : public Model {
- public:
-  explicit FailingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
-  void reserve(int rows) override { inner_.reserve(rows); }
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) override {
-    if (armed) throw Error("planted failure");
-    inner_.forward(in, kv, logits);
-  }
-  bool armed = false;
-
- private:
-  Model& inner_;
-};
+using test::FailingModel;
 
 }  // namespace
 

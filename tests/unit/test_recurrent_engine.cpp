@@ -207,22 +207,7 @@ TEST_P(Recurrent, SiblingsEqualSoloRequests) {
 
 namespace {
 
-// Throws from forward when armed, to check that a failed round gives its state slots back.
-class FailingModel : public Model {
- public:
-  explicit FailingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
-  int n_kv_layers() const override { return inner_.n_kv_layers(); }
-  int64_t state_floats() const override { return inner_.state_floats(); }
-  void reserve(int rows) override { inner_.reserve(rows); }
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) override {
-    if (armed) throw Error("planted failure");
-    inner_.forward(in, kv, logits);
-  }
-  bool armed = false;
-
- private:
-  Model& inner_;
-};
+using test::FailingModel;
 
 }  // namespace
 
