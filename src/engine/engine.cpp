@@ -484,7 +484,9 @@ bool Engine::step_round() {
     state_pool_.release(l.state);
     l.state = pending[i];
     // States at grid marks reached by prefill are what a resumed prompt restarts from.
-    if (!it.decode && opt_.cache_pages > 0 && it.end % opt_.chunk == 0) snapshot_state(l, it.end);
+    if (!it.decode && it.end % opt_.chunk == 0 &&
+        store_->keeps_states_of(static_cast<uint64_t>(state_floats_) * sizeof(float)))
+      snapshot_state(l, it.end);
   }
   const int32_t V = model_.vocab_size();
   for (size_t i = 0; i < plan.items.size(); ++i) {

@@ -63,6 +63,8 @@ class PrefixStore {
   // insert made); snapshots beyond the state budget go, least recently used first.
   void attach_state(const std::string& salt, const std::vector<int32_t>& tokens, int pages, StateSnapshot state);
   void set_state_budget(uint64_t bytes) { state_budget_ = bytes; }
+  // Whether a snapshot of this many bytes could be kept at all (cache on, within the budget).
+  bool keeps_states_of(uint64_t bytes) const { return device_cap_ > 0 && bytes <= state_budget_; }
   // Caches the full pages of a sequence: pages[i] holds tokens [i*page, (i+1)*page).
   void insert(const std::string& salt, const std::vector<int32_t>& tokens, const std::vector<int32_t>& pages,
               int full_pages);

@@ -167,6 +167,27 @@ TEST_P(Recurrent, StateBudgetEvictsSnapshotsAndStaysExact) {
     }
 }
 
+TEST_P(Recurrent, ABudgetBelowOneStateKeepsNoneAndRecomputes) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 1);
+  const int32_t V = m->model->vocab_size();
+  std::mt19937 rng(13);
+  EngineOptions opt;
+  opt.context = 96;
+  opt.chunk = 16;
+  opt.cache_pages = 16;
+  opt.state_cache_bytes = 1;
+  Engine e(*m->model, *m->backend, opt);
+  test::Job j;
+  j.prompt = random_tokens(rng, 40, V);
+  j.max_tokens = 3;
+  auto first = submit_all(e, {j}, V);
+  auto again = submit_all(e, {j}, V);
+  EXPECT_EQ(again[0].cached, 0) << "no state could be kept, so nothing is resumed";
+  EXPECT_EQ(e.cache_stats().states, 0u);
+  expect_same(first[0].trace, again[0].trace, "recomputed");
+  expect_idle(e, "after recomputing");
+}
+
 TEST_P(Recurrent, SiblingsEqualSoloRequests) {
   auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
   const int32_t V = m->model->vocab_size();
