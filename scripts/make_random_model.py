@@ -5,7 +5,10 @@ from its published hyperparameters, for speed tests (nothing is downloaded).
     python3 scripts/make_random_model.py --shape llama3.1-8b --out /tmp/llama8b
 Shapes: llama3.1-8b, llama3.2-1b, qwen3-30b-a3b, nemotron-3-nano-30b-a3b, qwen3-next-80b-a3b.
 --layers N keeps the first N layers of the shape (its pattern prefix), for models that do not fit
-the card or the disk whole. Uses torch when present (fast), else numpy.
+the card whole. --sparse writes random values only into norms, embeddings and routers and leaves
+every other tensor a hole of zeros in a sparse file, so a full-size model takes almost no disk
+while a speed test still reads every byte (routing still varies with the token). Uses torch when
+present (fast), else numpy.
 """
 import argparse
 import json
@@ -185,6 +188,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0, help="keep only the first N layers")
+    ap.add_argument("--sparse", action="store_true", help="zero holes for all but norms, embeddings and routers")
     args = ap.parse_args()
     cfg = dict(SHAPES[args.shape])
     if args.layers:
@@ -227,12 +231,21 @@ def main():
                 return np.full(shape, 0x3F80, dtype=np.uint16).tobytes()
             u = (rng.standard_normal(shape, dtype=np.float32) * shape[-1] ** -0.5).view(np.uint32)
             return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+    def dense(name, shape):
+        return (not args.sparse or len(shape) == 1 or "embed" in name or name.endswith(".gate.weight")
+                or name.endswith("shared_expert_gate.weight"))
+
     with open(os.path.join(args.out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
         for name, shape in shapes:
-            f.write(block(shape))
-    print(f"{args.shape}: {len(shapes)} tensors, {off / 1e9:.2f} GB in {args.out}")
+            if dense(name, shape):
+                f.write(block(shape))
+            else:
+                f.seek(header[name]["data_offsets"][1] - header[name]["data_offsets"][0], os.SEEK_CUR)
+        f.truncate(8 + len(h) + off)
+    kind = "sparse " if args.sparse else ""
+    print(f"{args.shape}: {len(shapes)} tensors, {off / 1e9:.2f} GB {kind}in {args.out}")
 
 
 if __name__ == "__main__":

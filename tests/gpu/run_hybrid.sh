@@ -3,8 +3,11 @@
 #   tests/gpu/run_hybrid.sh exact          build with CUDA and the unit tests, run the kernel contract,
 #                                          the model tests on the GPU (TF_TEST_DEVICE=cuda) and the
 #                                          GPU golden check on the hybrid fixtures
-#   tests/gpu/run_hybrid.sh bench SHAPE N  random weights of SHAPE's first N layers in /dev/shm:
-#                                          bound, our prefill 4k/32k and decode 1/64, transformers beside
+#   tests/gpu/run_hybrid.sh bench SHAPE N [sparse]
+#                                          random weights of SHAPE's first N layers in /dev/shm
+#                                          (sparse: zero holes but norms, embeddings and routers, so
+#                                          a full-depth model fits): bound, our prefill 4k/32k and
+#                                          decode 1/64, transformers beside
 set -u
 OUT=${OUT:-gpu-out}; BUILD=${BUILD:-build-gpu}; mkdir -p "$OUT"
 if [ -d .devdeps/root ]; then
@@ -30,9 +33,9 @@ exact)
   cat "$OUT/exactness.log" ;;
 bench)
   [ -x "$BUILD"/tensorfold ] || build
-  shape=$2; layers=$3; dir=/dev/shm/$shape
+  shape=$2; layers=$3; dir=/dev/shm/$shape; sparse=${4:+--sparse}
   {
-    python3 scripts/make_random_model.py --shape "$shape" --layers "$layers" --out "$dir" 2>&1 | tail -1
+    python3 scripts/make_random_model.py --shape "$shape" --layers "$layers" $sparse --out "$dir" 2>&1 | tail -1
     python3 bench/active_bytes.py "$dir"
     timeout 150 "$BUILD"/tensorfold bench --model "$dir" --device cuda --pp 4096 --tg 64 --batch 1 --json 2>&1 | tail -2
     timeout 100 "$BUILD"/tensorfold bench --model "$dir" --device cuda --pp 16 --tg 64 --batch 64 --json 2>&1 | tail -2
