@@ -27,7 +27,7 @@ exact)
   {
     "$BUILD"/tf_kernel_contract 2>&1 | grep -E "SUMMARY|FAIL" | head -20
     TF_TEST_DEVICE=cuda timeout 300 "$BUILD"/tf_tests --gtest_brief=1 \
-      --gtest_filter='Golden*:*Recurrent*:Invariance*:PromptCache*:SiblingGroup*' 2>&1 | tail -25
+      --gtest_filter='*Golden*:*Recurrent*:*Invariance*:*PromptCache*:*SiblingGroup*' 2>&1 | tail -25
     timeout 240 python3 tests/gpu/golden_gpu.py "$BUILD"/tensorfold nemotron qwen3_next qwen3_5 2>&1 | tail -8
   } > "$OUT/exactness.log" 2>&1
   cat "$OUT/exactness.log" ;;
