@@ -26,8 +26,8 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::clamp(n_threads, 1, 0xffff)) {
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -39,7 +39,29 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::worker(int index) {
+int ThreadPool::claim(uint64_t g) {
+  uint64_t v = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t parts = (v >> 16) & 0xffff, next = v & 0xffff;
+    if ((v >> 32) != (g & 0xffffffffu) || next >= parts) return -1;
+    if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      return static_cast<int>(next);
+  }
+}
+
+void ThreadPool::run_parts(uint64_t g) {
+  for (int part; (part = claim(g)) >= 0;) {
+    // The job outlives every claimed part: the caller waits until all of them are done.
+    (*job_.load(std::memory_order_acquire))(part);
+    const int parts = static_cast<int>((claim_.load(std::memory_order_acquire) >> 16) & 0xffff);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_done_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
     for (int i = 0; i < kSpins && generation_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i) cpu_relax();
@@ -49,20 +71,15 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
-    (*job_.load(std::memory_order_acquire))(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_done_.notify_all();
-    }
+    run_parts(seen);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  int parts = static_cast<int>(std::min<int64_t>(n_threads_, n));
+  const int parts = static_cast<int>(std::min<int64_t>(n_threads_, n));
   auto body = [&](int t) {
-    if (t >= parts) return;
-    int64_t begin = n * t / parts, end = n * (t + 1) / parts;
+    const int64_t begin = n * t / parts, end = n * (t + 1) / parts;
     if (begin < end) fn(t, begin, end);
   };
   if (parts == 1) {
@@ -71,17 +88,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int, int64_t, 
   }
   std::function<void(int)> job = body;
   job_.store(&job, std::memory_order_release);
-  pending_.store(n_threads_ - 1, std::memory_order_release);
+  done_.store(0, std::memory_order_release);
+  const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store(((g & 0xffffffffu) << 32) | (static_cast<uint64_t>(parts) << 16), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.store(g, std::memory_order_release);
   }
   cv_start_.notify_all();
-  body(0);
-  for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
-  if (pending_.load(std::memory_order_acquire) != 0) {
+  run_parts(g);
+  for (int i = 0; i < kSpins && done_.load(std::memory_order_acquire) != parts; ++i) cpu_relax();
+  if (done_.load(std::memory_order_acquire) != parts) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_done_.wait(lock, [&] { return pending_.load() == 0; });
+    cv_done_.wait(lock, [&] { return done_.load() == parts; });
   }
 }
 

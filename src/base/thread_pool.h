@@ -1,5 +1,7 @@
 #pragma once
-// Fixed worker pool; work is split into static ranges so results never depend on timing.
+// Fixed worker pool; work is split into static ranges so results never depend on timing. The
+// ranges are claimed by whichever thread comes first (the caller included), so a worker that the
+// OS has not scheduled never holds up the caller: it finds nothing left to do.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,14 +21,19 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls fn(thread_index, begin, end) over [0, n) split into size() contiguous ranges.
+  // Calls fn(part, begin, end) over [0, n) split into min(size(), n) contiguous ranges; each
+  // range is computed once, by any thread.
   void parallel_for(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn);
 
   // Calls fn(task) for each task in [0, n_tasks), tasks handed out in order.
   void run_tasks(int64_t n_tasks, const std::function<void(int64_t)>& fn);
 
  private:
-  void worker(int index);
+  void worker();
+  // Claims the next unclaimed part of generation g; -1 when none is left (or g has passed).
+  int claim(uint64_t g);
+  // Runs parts of generation g until none is left.
+  void run_parts(uint64_t g);
 
   int n_threads_;
   std::vector<std::thread> threads_;
@@ -34,7 +41,9 @@ class ThreadPool {
   std::condition_variable cv_start_, cv_done_;
   std::atomic<const std::function<void(int)>*> job_{nullptr};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // Generation (high 32 bits), parts (16) and next unclaimed part (low 16) of the current job.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> done_{0};  // parts finished in the current generation
   std::atomic<bool> stop_{false};
 };
 

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <random>
+#include <thread>
 
 #include "base/dtype.h"
 #include "base/thread_pool.h"
@@ -29,6 +33,31 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
     for (int64_t i = b; i < e; ++i) hits[i]++;
   });
   for (int h : hits) EXPECT_EQ(h, 1);
+}
+
+// Parts are claimed by whichever thread is free; each still runs once with its fixed range.
+TEST(ThreadPool, EachPartOnceWhateverTheTiming) {
+  ThreadPool pool(3);
+  std::mt19937 rng(5);
+  for (int round = 0; round < 300; ++round) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 50);
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::vector<std::atomic<int>> part_seen(3);
+    const int delay = static_cast<int>(rng() % 4);
+    pool.parallel_for(n, [&](int part, int64_t b, int64_t e) {
+      part_seen[static_cast<size_t>(part)]++;
+      const int parts = static_cast<int>(std::min<int64_t>(3, n));
+      EXPECT_EQ(b, n * part / parts);
+      EXPECT_EQ(e, n * (part + 1) / parts);
+      if (part == delay) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "round " << round;
+    for (auto& p : part_seen) ASSERT_LE(p.load(), 1) << "a part ran twice in round " << round;
+  }
+  std::atomic<int64_t> sum{0};
+  pool.run_tasks(1000, [&](int64_t t) { sum += t; });
+  EXPECT_EQ(sum.load(), 999 * 1000 / 2);
 }
 
 }  // namespace tf
