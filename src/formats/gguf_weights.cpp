@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "formats/gguf_hybrid.h"
 
 namespace tf {
 
@@ -74,6 +75,10 @@ GgufWeights::GgufWeights(std::shared_ptr<GgufFile> file) : file_(std::move(file)
     const std::string name = v.name;
     TF_CHECK(views_.emplace(name, std::move(v)).second, path, ": two tensors map to the name '", name, "'");
   };
+  if (gguf_is_hybrid(file_->get_string("general.architecture", ""))) {
+    gguf_hybrid_views(*file_, owned_, add);
+    return;
+  }
   for (const auto& gname : file_->names()) {
     const TensorView& t = *file_->find(gname);
     std::string layer, base, suffix;
@@ -122,6 +127,7 @@ nlohmann::json gguf_hf_config(const GgufFile& g, const WeightSource& w) {
   const std::string& path = g.path();
   const std::string arch = g.get_string("general.architecture", "");
   TF_CHECK(!arch.empty(), path, ": metadata key 'general.architecture' is missing");
+  if (gguf_is_hybrid(arch)) return gguf_hybrid_config(g, w);
   struct ArchInfo {
     const char* gguf;
     const char* hf_class;
@@ -137,7 +143,8 @@ nlohmann::json gguf_hf_config(const GgufFile& g, const WeightSource& w) {
   for (const auto& a : kArchs) {
     if (arch == a.gguf) info = &a;
   }
-  if (!info) fail(path, ": general.architecture '", arch, "' is not supported (llama, qwen2, qwen3, qwen3moe)");
+  if (!info) fail(path, ": general.architecture '", arch, "' is not supported (llama, qwen2, qwen3, qwen3moe)",
+                  " nor a hybrid one (nemotron_h, nemotron_h_moe, qwen3next, qwen35, qwen35moe)");
 
   auto key = [&](const char* k) { return cat(arch, ".", k); };
   auto required = [&](const char* k) {

@@ -27,9 +27,11 @@ class GgufWeights : public WeightSource {
  private:
   std::shared_ptr<GgufFile> file_;  // owns the mapping every view points into
   std::map<std::string, TensorView> views_;
+  std::vector<std::vector<uint8_t>> owned_;  // tensors the hybrid archs' inverse transforms rewrote
 };
 
-// config.json fields for llama, qwen2, qwen3 and qwen3moe GGUF files; others throw.
+// config.json fields for llama, qwen2, qwen3, qwen3moe GGUF files and the hybrid archs of gguf_hybrid.h;
+// others throw.
 nlohmann::json gguf_hf_config(const GgufFile& file, const WeightSource& hf_weights);
 
 }  // namespace tf
