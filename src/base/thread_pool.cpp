@@ -39,21 +39,23 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-int ThreadPool::claim(uint64_t g) {
+int ThreadPool::claim(uint64_t g, int* parts) {
   uint64_t v = claim_.load(std::memory_order_acquire);
   for (;;) {
-    const uint64_t parts = (v >> 16) & 0xffff, next = v & 0xffff;
-    if ((v >> 32) != (g & 0xffffffffu) || next >= parts) return -1;
-    if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+    const uint64_t n = (v >> 16) & 0xffff, next = v & 0xffff;
+    if ((v >> 32) != (g & 0xffffffffu) || next >= n) return -1;
+    if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      *parts = static_cast<int>(n);
       return static_cast<int>(next);
+    }
   }
 }
 
 void ThreadPool::run_parts(uint64_t g) {
-  for (int part; (part = claim(g)) >= 0;) {
+  int parts = 0;
+  for (int part; (part = claim(g, &parts)) >= 0;) {
     // The job outlives every claimed part: the caller waits until all of them are done.
     (*job_.load(std::memory_order_acquire))(part);
-    const int parts = static_cast<int>((claim_.load(std::memory_order_acquire) >> 16) & 0xffff);
     if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_done_.notify_all();
@@ -90,12 +92,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int, int64_t, 
   job_.store(&job, std::memory_order_release);
   done_.store(0, std::memory_order_release);
   const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
-  claim_.store(((g & 0xffffffffu) << 32) | (static_cast<uint64_t>(parts) << 16), std::memory_order_release);
+  // The caller owns part 0; the others go to whichever thread claims them first.
+  claim_.store(((g & 0xffffffffu) << 32) | (static_cast<uint64_t>(parts) << 16) | 1, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation_.store(g, std::memory_order_release);
   }
   cv_start_.notify_all();
+  body(0);
+  done_.fetch_add(1, std::memory_order_acq_rel);
   run_parts(g);
   for (int i = 0; i < kSpins && done_.load(std::memory_order_acquire) != parts; ++i) cpu_relax();
   if (done_.load(std::memory_order_acquire) != parts) {

@@ -30,8 +30,9 @@ class ThreadPool {
 
  private:
   void worker();
-  // Claims the next unclaimed part of generation g; -1 when none is left (or g has passed).
-  int claim(uint64_t g);
+  // Claims the next unclaimed part of generation g (and says how many parts it has); -1 when
+  // none is left or g has passed.
+  int claim(uint64_t g, int* parts);
   // Runs parts of generation g until none is left.
   void run_parts(uint64_t g);
 
