@@ -1,4 +1,5 @@
 // AVX2 + FMA + F16C kernels; compiled with those flags, chosen at run time.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -180,11 +181,16 @@ void axpy_avx2(float* y, const float* x, float s, int64_t n) {
   for (int64_t i = n8; i < n; ++i) y[i] += s * x[i];
 }
 
+// F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c").
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 }  // namespace
 
 const CpuKernels* avx2_kernels() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   static const CpuKernels k{"avx2", matmul_avx2, dot_avx2, axpy_avx2, quantize_q8_avx2};
   return ok ? &k : nullptr;
 }

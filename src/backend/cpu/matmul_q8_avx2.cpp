@@ -1,4 +1,5 @@
 // AVX2 Q8_0 kernels: activation quantization and int8 x int8 block dots (maddubs + madd).
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -50,9 +51,15 @@ void matmul_q8_avx2_plain(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t 
   q8_blocks<false>(b, r0, r1, n0, n1);
 }
 
+// AVX-VNNI from CPUID leaf 7 subleaf 1, EAX bit 4 (not every compiler's __builtin_cpu_supports knows it).
+static bool cpu_has_avxvnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
+}
+
 // Same lane sums either way: dpbusd adds the four byte products exactly, like maddubs + madd.
 void matmul_q8_avx2(const MatmulBlock& b, int64_t r0, int64_t r1, int64_t n0, int64_t n1) {
-  static const bool vnni = __builtin_cpu_supports("avxvnni");
+  static const bool vnni = cpu_has_avxvnni();
   if (vnni)
     matmul_q8_vnni(b, r0, r1, n0, n1);
   else
