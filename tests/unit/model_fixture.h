@@ -145,4 +145,24 @@ class FailingModel : public Model {
   Model& inner_;
 };
 
+// Submits jobs sharing one prompt as one sibling group (n > 1) and runs until idle; their tokens.
+inline std::vector<Trace> submit_siblings(Engine& engine, const std::vector<Job>& jobs) {
+  std::vector<GenerationRequest> group;
+  std::vector<Trace> got(jobs.size());
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    GenerationRequest r;
+    r.prompt = jobs[k].prompt;
+    r.max_tokens = jobs[k].max_tokens;
+    r.sampling = jobs[k].sampling;
+    Trace* t = &got[k];
+    r.on_event = [t](const TokenEvent& ev) {
+      if (ev.token >= 0) t->tokens.push_back(ev.token);
+    };
+    group.push_back(std::move(r));
+  }
+  engine.submit_group(std::move(group));
+  engine.run_until_idle();
+  return got;
+}
+
 }  // namespace tf::test

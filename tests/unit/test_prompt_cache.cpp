@@ -183,34 +183,21 @@ TEST(SiblingGroup, SharedPrefillEqualsSoloRequests) {
     opt.context = 64;
     opt.chunk = 16;
     Engine e(*m->model, *m->backend, opt);
-    std::vector<GenerationRequest> group;
-    std::vector<test::Trace> got(3);
+    std::vector<test::Job> jobs(3);
     for (int k = 0; k < 3; ++k) {
-      GenerationRequest r;
-      r.prompt = prompt;
-      r.max_tokens = 10;
-      r.sampling.temperature = 1.0f;
-      r.sampling.seed = 500 + static_cast<uint64_t>(k);
-      test::Trace* t = &got[static_cast<size_t>(k)];
-      r.on_event = [t](const TokenEvent& ev) {
-        if (ev.token >= 0) t->tokens.push_back(ev.token);
-      };
-      group.push_back(std::move(r));
+      jobs[static_cast<size_t>(k)].prompt = prompt;
+      jobs[static_cast<size_t>(k)].max_tokens = 10;
+      jobs[static_cast<size_t>(k)].sampling.temperature = 1.0f;
+      jobs[static_cast<size_t>(k)].sampling.seed = 500 + static_cast<uint64_t>(k);
     }
-    e.submit_group(std::move(group));
-    e.run_until_idle();
+    const auto got = test::submit_siblings(e, jobs);
     expect_census(e, "after a group");
     EXPECT_EQ(e.stats().prompt_tokens, static_cast<uint64_t>(len)) << "the prompt is prefilled once";
     int distinct = 0;
     for (int k = 0; k < 3; ++k) {
-      test::Job j;
-      j.prompt = prompt;
-      j.max_tokens = 10;
-      j.sampling.temperature = 1.0f;
-      j.sampling.seed = 500 + static_cast<uint64_t>(k);
       EngineOptions solo = opt;
       solo.lanes = 1;
-      auto ref = test::run_jobs(*m->model, *m->backend, solo, {j})[0];
+      auto ref = test::run_jobs(*m->model, *m->backend, solo, {jobs[static_cast<size_t>(k)]})[0];
       EXPECT_EQ(got[static_cast<size_t>(k)].tokens, ref.tokens) << "sibling " << k << " prompt " << len;
       distinct += k > 0 && got[static_cast<size_t>(k)].tokens != got[0].tokens;
     }

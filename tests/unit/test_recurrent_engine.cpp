@@ -197,30 +197,17 @@ TEST_P(Recurrent, SiblingsEqualSoloRequests) {
   opt.context = 96;
   opt.chunk = 16;
   const auto prompt = random_tokens(rng, 37, V);
-  std::vector<GenerationRequest> group;
-  std::vector<test::Trace> got(3);
+  std::vector<test::Job> jobs(3);
   for (int k = 0; k < 3; ++k) {
-    GenerationRequest r;
-    r.prompt = prompt;
-    r.max_tokens = 5;
-    r.sampling.temperature = 1.0f;
-    r.sampling.seed = 40 + static_cast<uint64_t>(k);
-    test::Trace* t = &got[static_cast<size_t>(k)];
-    r.on_event = [t](const TokenEvent& ev) {
-      if (ev.token >= 0) t->tokens.push_back(ev.token);
-    };
-    group.push_back(std::move(r));
+    jobs[static_cast<size_t>(k)].prompt = prompt;
+    jobs[static_cast<size_t>(k)].max_tokens = 5;
+    jobs[static_cast<size_t>(k)].sampling.temperature = 1.0f;
+    jobs[static_cast<size_t>(k)].sampling.seed = 40 + static_cast<uint64_t>(k);
   }
   Engine e(*m->model, *m->backend, opt);
-  e.submit_group(std::move(group));
-  e.run_until_idle();
+  const auto got = test::submit_siblings(e, jobs);
   for (int k = 0; k < 3; ++k) {
-    test::Job j;
-    j.prompt = prompt;
-    j.max_tokens = 5;
-    j.sampling.temperature = 1.0f;
-    j.sampling.seed = 40 + static_cast<uint64_t>(k);
-    auto solo = test::run_jobs(*m->model, *m->backend, opt, {j})[0];
+    auto solo = test::run_jobs(*m->model, *m->backend, opt, {jobs[static_cast<size_t>(k)]})[0];
     EXPECT_EQ(solo.tokens, got[static_cast<size_t>(k)].tokens) << "sibling " << k;
   }
   expect_idle(e, "after siblings");
