@@ -113,26 +113,34 @@ def record_expected(d, ref, prompts, model_type, attention_mask=False):
     return names
 
 
+def make_case(out, name, model_type, kw, prepare, prompts, after_save=None):
+    """One fixture folder: a model from the config, weights set by prepare(model), saved in bf16,
+    and transformers' reference on the prompts (the saved bf16 weights computed in float32)."""
+    cfg = AutoConfig.for_model(model_type, **kw)
+    cfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(cfg)
+    prepare(model)
+    model = model.to(torch.bfloat16)
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    model.save_pretrained(d, safe_serialization=True)
+    if after_save:
+        after_save(d)
+    ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    names = record_expected(d, ref, prompts, model_type)
+    print(name, "tensors:", len(names), sorted(names.items())[:12])
+    return names
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
     for i, (name, (model_type, kw)) in enumerate(CASES.items()):
-        cfg = AutoConfig.for_model(model_type, **kw)
-        cfg._attn_implementation = "eager"
-        model = AutoModelForCausalLM.from_config(cfg)
-        randomize(model, 1000 + i)
-        model = model.to(torch.bfloat16)
-        d = os.path.join(args.out, name)
-        shutil.rmtree(d, ignore_errors=True)
-        model.save_pretrained(d, safe_serialization=True)
-        if name.endswith("oldcfg"):
-            old_style_config(os.path.join(d, "config.json"))
-        # Reference: the saved bf16 weights computed in float32.
-        ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-        names = record_expected(d, ref, PROMPTS, model_type)
-        print(name, "tensors:", len(names), sorted(names.items())[:12])
+        old = (lambda d: old_style_config(os.path.join(d, "config.json"))) if name.endswith("oldcfg") else None
+        make_case(args.out, name, model_type, kw, lambda m, i=i: randomize(m, 1000 + i), PROMPTS, old)
+
 
 if __name__ == "__main__":
     main()

@@ -8,14 +8,12 @@ Run with the CPU torch environment:
 """
 import argparse
 import os
-import shutil
 import sys
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import PROMPTS, VOCAB, randomize, record_expected  # noqa: E402
+from make_golden import PROMPTS, VOCAB, make_case, randomize  # noqa: E402
 
 # One prompt past three SSD chunks of 16 and one that ends exactly on a chunk edge.
 HYBRID_PROMPTS = PROMPTS + [list(range(7, 7 + 32 * 13, 13)), [(i * 37 + 5) % VOCAB for i in range(53)]]
@@ -64,20 +62,8 @@ def main():
     for i, (name, (model_type, kw)) in enumerate(CASES.items()):
         if args.only and name != args.only:
             continue
-        cfg = AutoConfig.for_model(model_type, **kw)
-        cfg._attn_implementation = "eager"
-        model = AutoModelForCausalLM.from_config(cfg)
-        randomize_hybrid(model, 2000 + i)
-        model = model.to(torch.bfloat16)
-        d = os.path.join(args.out, name)
-        shutil.rmtree(d, ignore_errors=True)
-        model.save_pretrained(d, safe_serialization=True)
-        # Reference: the saved bf16 weights computed in float32.
-        ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-        names = record_expected(d, ref, HYBRID_PROMPTS, model_type)
-        print(name, "tensors:", len(names))
-        for k, v in sorted(names.items()):
-            print("  ", k, v)
+        make_case(args.out, name, model_type, kw, lambda m, i=i: randomize_hybrid(m, 2000 + i), HYBRID_PROMPTS)
+
 
 if __name__ == "__main__":
     main()

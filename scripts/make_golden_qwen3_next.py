@@ -9,14 +9,12 @@ uses a fixed chunk of 64, so one prompt is longer than 64 tokens to cross a chun
 """
 import argparse
 import os
-import shutil
 import sys
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import PROMPTS, randomize, record_expected  # noqa: E402
+from make_golden import PROMPTS, make_case, randomize  # noqa: E402
 
 VOCAB = 512
 LONG_PROMPT = [3 + (7 + 13 * i) % 509 for i in range(80)]
@@ -71,21 +69,11 @@ def main():
     for i, (name, (model_type, kw)) in enumerate(CASES.items()):
         if args.only and name != args.only:
             continue
-        cfg = AutoConfig.for_model(model_type, **kw)
-        cfg._attn_implementation = "eager"
-        model = AutoModelForCausalLM.from_config(cfg)
-        randomize(model, 2000 + i)
-        tune(model, 3000 + i)
-        model = model.to(torch.bfloat16)
-        d = os.path.join(args.out, name)
-        shutil.rmtree(d, ignore_errors=True)
-        model.save_pretrained(d, safe_serialization=True)
-        ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
-        names = record_expected(d, ref, ALL_PROMPTS, model_type)
-        print(name, "tensors:", len(names))
-        for k, v in sorted(names.items()):
-            if ".layers.0." in k or ".layers.1." in k or "layers" not in k:
-                print("  ", k, v)
+        def prepare(model, i=i):
+            randomize(model, 2000 + i)
+            tune(model, 3000 + i)
+        make_case(args.out, name, model_type, kw, prepare, ALL_PROMPTS)
+
 
 if __name__ == "__main__":
     main()
