@@ -25,6 +25,36 @@ inline void check_tensor(const Tensor& t, const char* op, const char* what) {
            "] has no data");
 }
 
+// Argument checks of the row ops every backend runs before touching memory.
+inline void check_copy(const Tensor& src, const Tensor& dst) {
+  check_tensor(src, "copy", "src");
+  check_tensor(dst, "copy", "dst");
+  TF_CHECK(src.rows == dst.rows && src.cols == dst.cols, "copy: src [", src.rows, " x ", src.cols, "] into dst [",
+           dst.rows, " x ", dst.cols, "]");
+}
+
+inline void check_gather(const Tensor& src, const int32_t* rows, int n, const Tensor& dst) {
+  check_tensor(src, "gather_rows", "src");
+  check_tensor(dst, "gather_rows", "dst");
+  TF_CHECK(n >= 0 && dst.rows == n && dst.cols == src.cols, "gather_rows: ", n, " rows of src [", src.rows, " x ",
+           src.cols, "] into dst [", dst.rows, " x ", dst.cols, "]");
+  TF_CHECK(n == 0 || rows != nullptr, "gather_rows: null row list");
+  for (int i = 0; i < n; ++i)
+    TF_CHECK(rows[i] >= 0 && rows[i] < src.rows, "gather_rows: row ", rows[i], " at ", i, " is outside src of ",
+             src.rows, " rows");
+}
+
+inline void check_scatter(const Tensor& dst, const Tensor& src, const int32_t* rows, const float* w, int n) {
+  check_tensor(src, "scatter_add_scaled", "src");
+  check_tensor(dst, "scatter_add_scaled", "dst");
+  TF_CHECK(n >= 0 && src.rows == n && dst.cols == src.cols, "scatter_add_scaled: src [", src.rows, " x ", src.cols,
+           "] with ", n, " rows into dst [", dst.rows, " x ", dst.cols, "]");
+  TF_CHECK(n == 0 || (rows != nullptr && w != nullptr), "scatter_add_scaled: null rows or weights");
+  for (int i = 0; i < n; ++i)
+    TF_CHECK(rows[i] >= 0 && rows[i] < dst.rows, "scatter_add_scaled: row ", rows[i], " at ", i,
+             " is outside dst of ", dst.rows, " rows");
+}
+
 class BlockTable {
  public:
   BlockTable() : counter_(std::make_shared<std::atomic<uint64_t>>(0)) {}

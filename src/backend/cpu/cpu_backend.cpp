@@ -253,36 +253,19 @@ void CpuBackend::scale(Tensor x, float s) {
 }
 
 void CpuBackend::copy(const Tensor& src, Tensor dst) {
-  check_tensor(src, "copy", "src");
-  check_tensor(dst, "copy", "dst");
-  TF_CHECK(src.rows == dst.rows && src.cols == dst.cols, "copy: src [", src.rows, " x ", src.cols, "] into dst [",
-           dst.rows, " x ", dst.cols, "]");
+  check_copy(src, dst);
   std::memmove(dst.data, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float));
 }
 
 void CpuBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) {
-  check_tensor(src, "gather_rows", "src");
-  check_tensor(dst, "gather_rows", "dst");
-  TF_CHECK(n >= 0 && dst.rows == n && dst.cols == src.cols, "gather_rows: ", n, " rows of src [",
-           src.rows, " x ", src.cols, "] into dst [", dst.rows, " x ", dst.cols, "]");
-  TF_CHECK(n == 0 || rows != nullptr, "gather_rows: null row list");
-  for (int i = 0; i < n; ++i)
-    TF_CHECK(rows[i] >= 0 && rows[i] < src.rows, "gather_rows: row ", rows[i], " at ", i,
-             " is outside src of ", src.rows, " rows");
+  check_gather(src, rows, n, dst);
   for (int i = 0; i < n; ++i)
     std::memmove(dst.row(i), src.row(rows[i]), static_cast<size_t>(src.cols) * sizeof(float));
 }
 
 void CpuBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows,
                                     const float* w, int n) {
-  check_tensor(src, "scatter_add_scaled", "src");
-  check_tensor(dst, "scatter_add_scaled", "dst");
-  TF_CHECK(n >= 0 && src.rows == n && dst.cols == src.cols, "scatter_add_scaled: src [", src.rows,
-           " x ", src.cols, "] with ", n, " rows into dst [", dst.rows, " x ", dst.cols, "]");
-  TF_CHECK(n == 0 || (rows != nullptr && w != nullptr), "scatter_add_scaled: null rows or weights");
-  for (int i = 0; i < n; ++i)
-    TF_CHECK(rows[i] >= 0 && rows[i] < dst.rows, "scatter_add_scaled: row ", rows[i], " at ", i,
-             " is outside dst of ", dst.rows, " rows");
+  check_scatter(dst, src, rows, w, n);
   // Columns are independent, so splitting them keeps each element's i order.
   const int64_t C = dst.cols;
   for_rows(C, n * C, [&](int64_t b, int64_t e) {

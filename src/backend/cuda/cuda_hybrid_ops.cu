@@ -116,10 +116,7 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor dst) {
-  check_tensor(src, "copy", "src");
-  check_tensor(dst, "copy", "dst");
-  TF_CHECK(src.rows == dst.rows && src.cols == dst.cols, "copy: src [", src.rows, " x ", src.cols,
-           "] into dst [", dst.rows, " x ", dst.cols, "]");
+  check_copy(src, dst);
   const uint64_t bytes = static_cast<uint64_t>(src.rows * src.cols) * sizeof(float);
   if (bytes == 0 || src.data == dst.data) return;
   const auto* s = reinterpret_cast<const uint8_t*>(src.data);

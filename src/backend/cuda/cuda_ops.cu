@@ -247,14 +247,7 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) {
-  check_tensor(src, "gather_rows", "src");
-  check_tensor(dst, "gather_rows", "dst");
-  TF_CHECK(n >= 0 && dst.rows == n && dst.cols == src.cols, "gather_rows: ", n, " rows of src [",
-           src.rows, " x ", src.cols, "] into dst [", dst.rows, " x ", dst.cols, "]");
-  TF_CHECK(n == 0 || rows != nullptr, "gather_rows: null row list");
-  for (int i = 0; i < n; ++i)
-    TF_CHECK(rows[i] >= 0 && rows[i] < src.rows, "gather_rows: row ", rows[i], " at ", i,
-             " is outside src of ", src.rows, " rows");
+  check_gather(src, rows, n, dst);
   const int64_t total = n * src.cols;
   if (total == 0) return;
   auto* d_rows = static_cast<const int32_t*>(meta(rows, static_cast<uint64_t>(n) * 4));
@@ -264,14 +257,7 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Ten
 
 void CudaBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows,
                                      const float* w, int n) {
-  check_tensor(src, "scatter_add_scaled", "src");
-  check_tensor(dst, "scatter_add_scaled", "dst");
-  TF_CHECK(n >= 0 && src.rows == n && dst.cols == src.cols, "scatter_add_scaled: src [", src.rows,
-           " x ", src.cols, "] with ", n, " rows into dst [", dst.rows, " x ", dst.cols, "]");
-  TF_CHECK(n == 0 || (rows != nullptr && w != nullptr), "scatter_add_scaled: null rows or weights");
-  for (int i = 0; i < n; ++i)
-    TF_CHECK(rows[i] >= 0 && rows[i] < dst.rows, "scatter_add_scaled: row ", rows[i], " at ", i,
-             " is outside dst of ", dst.rows, " rows");
+  check_scatter(dst, src, rows, w, n);
   if (n == 0 || dst.cols == 0) return;
   const uint64_t off = (static_cast<uint64_t>(n) * 4 + 15) / 16 * 16;
   std::vector<uint8_t> blob(off + static_cast<uint64_t>(n) * 4, 0);
