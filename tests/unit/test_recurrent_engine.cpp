@@ -270,6 +270,8 @@ TEST_P(Recurrent, VerifyRoundKeepsRollbackStates) {
     }
     in.states.pool = pool.data;
     in.states.slot_floats = S;
+    in.states.slots = 8;
+    in.states.keep_slots = k - 1;
     in.states.src = {src};
     in.states.dst = {dst};
     in.states.step = {static_cast<uint8_t>(step)};
