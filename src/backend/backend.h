@@ -110,11 +110,32 @@ struct DeltaParams {
   int k_heads = 0, v_heads = 0, k_dim = 0, v_dim = 0, chunk = 64;
 };
 
+// Routing of an MoE layer (see topk_softmax and topk_sigmoid_grouped for each rule).
+struct MoeRoute {
+  int k = 1;
+  bool norm = false;
+  bool sigmoid = false;  // false: softmax top-k; true: grouped sigmoid top-k
+  const Weight* bias = nullptr;
+  int n_group = 1, topk_group = 1;
+  float scale = 1.0f;
+};
+
+// The routed experts of one MoE layer, all of one dtype and shape: gate may be empty (then an
+// expert is down(act(up x)), else down(act(gate x) * up x)).
+struct MoeExperts {
+  std::vector<const Weight*> gate, up, down;
+  Act act = Act::SiLU;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int threads() const { return 1; }
+  // Per-op device time for benchmarks: set_profiling(true) starts counting, profile_take()
+  // returns the table since the last take (empty where the backend does not time its ops).
+  virtual void set_profiling(bool) {}
+  virtual std::string profile_take() { return {}; }
 
   // Memory. alloc returns zero-filled f32 storage owned by the backend.
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
@@ -171,6 +192,15 @@ class Backend {
   // index. Results in host memory [m x k], ranked by biased score.
   virtual void topk_sigmoid_grouped(const Tensor& logits, const Weight* bias, int n_group, int topk_group,
                                     int k, bool norm, float scale, int32_t* idx_out, float* w_out) = 0;
+  // The routed part of an MoE layer with no host round trip: each row of logits [m x experts] is
+  // routed as route says, then out[r] = sum over r's chosen experts in increasing expert index of
+  // weight * expert(x[r]) (a sum from 0, each product rounded before it is added), which is what
+  // topk + gather_rows + the expert's matmuls + scatter_add_scaled in expert order give. Returns
+  // false when the backend has no such path; the caller then runs those ops itself.
+  virtual bool moe_experts(const Tensor& /*x*/, const Tensor& /*logits*/, const MoeRoute& /*route*/,
+                           const MoeExperts& /*ex*/, Tensor /*out*/) {
+    return false;
+  }
   // out = act(x)
   virtual void activate(Act act, const Tensor& x, Tensor out) = 0;
   // y *= sigmoid(gate), elementwise

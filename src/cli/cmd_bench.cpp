@@ -72,7 +72,7 @@ int cmd_bench(int argc, char** argv) {
   CLI::App app{"Prompt and generation speed of a model", "tensorfold bench"};
   std::string model, batches = "1";
   int pp = 512, tg = 128, threads = 0, reps = 1, chunk = 512;
-  bool json = false;
+  bool json = false, profile = false;
   app.add_option("--model", model, "model folder or .gguf file (default: the built-in model)");
   app.add_option("--pp", pp, "prompt tokens per request")->check(CLI::Range(1, 1 << 20));
   app.add_option("--tg", tg, "generated tokens per request")->check(CLI::Range(2, 1 << 20));
@@ -82,6 +82,7 @@ int cmd_bench(int argc, char** argv) {
   std::string device = "auto";
   add_device_options(app, device, threads);
   app.add_flag("--json", json, "one JSON object per line");
+  app.add_flag("--profile", profile, "print each phase's device time per op to stderr (cuda)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -104,12 +105,22 @@ int cmd_bench(int argc, char** argv) {
   auto s = open_session(so);
   const int32_t V = s->model->vocab_size();
   run_prefill(*s->engine, V, 1, std::min(pp, 16), 7);  // warm-up: touch weights and scratch
+  if (profile) s->backend->set_profiling(true);
+  const auto report = [&](const char* phase, int b, int r, double tps, double tokens) {
+    if (!profile) return;
+    std::fprintf(stderr, "profile: %s, batch %d, rep %d: %.3f ms wall\n%s", phase, b, r,
+                 tps > 0 ? 1000.0 * tokens / tps : 0.0, s->backend->profile_take().c_str());
+  };
   if (!json) std::printf("%-6s %8s %8s %12s %12s\n", "batch", "pp", "tg", "pp tok/s", "tg tok/s");
   for (int b : bs) {
     Result best;
     for (int r = 0; r < reps; ++r) {
-      Result x{run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r)),
-               run_decode(*s->engine, V, b, tg, 2000 + static_cast<uint64_t>(r))};
+      s->backend->profile_take();
+      Result x;
+      x.pp_tps = run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r));
+      report("prefill", b, r, x.pp_tps, static_cast<double>(b) * pp);
+      x.tg_tps = run_decode(*s->engine, V, b, tg, 2000 + static_cast<uint64_t>(r));
+      report("decode (whole phase; tok/s times only its steady part)", b, r, x.tg_tps, static_cast<double>(b) * (tg - 1));
       best.pp_tps = std::max(best.pp_tps, x.pp_tps);
       best.tg_tps = std::max(best.tg_tps, x.tg_tps);
     }

@@ -172,11 +172,22 @@ void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor ga
   b.matmul(a, *m.down, nullptr, out);
 }
 
-void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& s) {
+MoeExperts moe_experts_of(const MoeBlock& m) {
+  MoeExperts ex;
+  for (const MlpBlock& e : m.experts) {
+    if (e.gate) ex.gate.push_back(e.gate.get());
+    ex.up.push_back(e.up.get());
+    ex.down.push_back(e.down.get());
+    ex.act = e.act;
+  }
+  return ex;
+}
+
+// The routed experts op by op: routing to the host, then each expert's rows gathered, run and
+// added back in expert order.
+void moe_routed_by_ops(Backend& b, const MoeBlock& m, Tensor in, const Tensor& router, Tensor acc, Scratch& s) {
   const int64_t rows = in.rows;
   const int E = static_cast<int>(m.experts.size()), k = m.top_k;
-  Tensor router{s.router.data, rows, E};
-  b.matmul(in, *m.router, nullptr, router);
   s.topk_idx.resize(static_cast<size_t>(rows * k));
   s.topk_w.resize(static_cast<size_t>(rows * k));
   if (m.sigmoid)
@@ -194,7 +205,6 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
       tok[static_cast<size_t>(e)].push_back(static_cast<int32_t>(r));
       wt[static_cast<size_t>(e)].push_back(s.topk_w[static_cast<size_t>(r * k + j)]);
     }
-  Tensor acc{s.moe_acc.data, rows, in.cols};
   std::vector<float> zeros(static_cast<size_t>(rows * in.cols), 0.0f);
   b.from_host(zeros.data(), acc);
   for (int e = 0; e < E; ++e) {
@@ -206,6 +216,23 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
     mlp_forward(b, m.experts[static_cast<size_t>(e)], xin, xo, s.moe_gate, s.moe_up, s.moe_act);
     b.scatter_add_scaled(acc, xo, t.data(), wt[static_cast<size_t>(e)].data(), n);
   }
+}
+
+void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& s) {
+  const int64_t rows = in.rows;
+  const int E = static_cast<int>(m.experts.size());
+  Tensor router{s.router.data, rows, E};
+  b.matmul(in, *m.router, nullptr, router);
+  Tensor acc{s.moe_acc.data, rows, in.cols};
+  MoeRoute route;
+  route.k = m.top_k;
+  route.norm = m.norm_topk;
+  route.sigmoid = m.sigmoid;
+  route.bias = m.router_bias.get();
+  route.n_group = m.n_group;
+  route.topk_group = m.topk_group;
+  route.scale = m.routed_scale;
+  if (!b.moe_experts(in, router, route, moe_experts_of(m), acc)) moe_routed_by_ops(b, m, in, router, acc, s);
   if (m.shared) {
     mlp_forward(b, *m.shared, in, out, s.gate, s.up, s.act);
     if (m.shared_gate) {
@@ -222,8 +249,7 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
     }
     b.add(out, acc);
   } else {
-    b.from_host(zeros.data(), out);
-    b.add(out, acc);
+    b.copy(acc, out);
   }
 }
 

@@ -1,4 +1,4 @@
-// Timings for the report: device copy bandwidth, a 4096^3 bf16 matmul, batch-1 matmuls.
+// Timings for the report: device copy bandwidth, a 4096^3 bf16 matmul, batch-1 matmuls, attention.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -48,6 +48,31 @@ void bench_matmul(Backend& gpu, DType dt, int64_t M, int64_t K, int64_t N, int i
   gpu.free(y);
 }
 
+// m rows over L stored keys: decode (m sequences of L keys, one row each at the end) or prefill
+// (one sequence, rows at positions 0..m-1).
+void bench_attention(Backend& gpu, int m, int L, bool decode, int iters) {
+  AttnParams p;
+  p.n_heads = 32, p.n_kv_heads = 8, p.head_dim = 128, p.scale = 0.088f;
+  const int ps = 16, per_seq = L / ps, seqs = decode ? m : 1;
+  auto kv = gpu.alloc_kv(1, per_seq * seqs, ps, 8, 128);
+  RowLayout lay;
+  lay.seq_pages.resize(static_cast<size_t>(seqs));
+  for (int s = 0; s < seqs; ++s)
+    for (int i = 0; i < per_seq; ++i) lay.seq_pages[static_cast<size_t>(s)].push_back(s * per_seq + i);
+  for (int r = 0; r < m; ++r) lay.pos.push_back(decode ? L - 1 : r), lay.seq.push_back(decode ? r : 0);
+  Tensor q = gpu.alloc(m, 32 * 128), o = gpu.alloc(m, 32 * 128);
+  std::mt19937 rng(6);
+  auto qs = random_floats(rng, static_cast<size_t>(m) * 32 * 128);
+  gpu.from_host(qs.data(), q);
+  const float ms = time_ms([&] { gpu.attention(q, o, *kv, 0, lay, p); }, iters);
+  const double keys = decode ? static_cast<double>(m) * L : 0.5 * m * (m + 1.0);
+  std::printf("BENCH attention %s %d rows, %d keys, 32/8 heads of 128: %.3f ms, %.0f GB/s of KV, %.1f TFLOP/s\n",
+              decode ? "decode" : "prefill", m, L, ms, (decode ? keys : L) * 2.0 * 8 * 128 * 4 / ms / 1e6,
+              keys * 32 * 128 * 4 / ms / 1e9);
+  gpu.free(q);
+  gpu.free(o);
+}
+
 }  // namespace
 
 void run_bench(Backend& gpu) {
@@ -70,22 +95,35 @@ void run_bench(Backend& gpu) {
   bench_matmul(gpu, DType::BF16, 8, 4096, 28672, 20);
   bench_matmul(gpu, DType::Q8_0, 1, 4096, 28672, 20);
   bench_matmul(gpu, DType::BF16, 1, 14336, 4096, 20);
-  // Attention of one decode row over 4096 keys, 32 heads over 8 kv heads of 128.
+  // Attention, 32 heads over 8 kv heads of 128, f32 KV in pages of 16: decode rows at the end of
+  // 4096 keys, and causal prefill of 512 and 4096 rows from position 0.
+  bench_attention(gpu, 1, 4096, true, 50);
+  bench_attention(gpu, 32, 4096, true, 20);
+  bench_attention(gpu, 512, 512, false, 20);
+  bench_attention(gpu, 4096, 4096, false, 5);
+  // Row ops at decode and prefill sizes (Llama-3.1-8B widths).
   {
-    AttnParams p;
-    p.n_heads = 32, p.n_kv_heads = 8, p.head_dim = 128, p.scale = 0.088f;
-    const int L = 4096, ps = 16;
-    auto kv = gpu.alloc_kv(1, L / ps, ps, 8, 128);
-    RowLayout lay;
-    lay.seq_pages.resize(1);
-    for (int i = 0; i < L / ps; ++i) lay.seq_pages[0].push_back(i);
-    lay.pos.push_back(L - 1), lay.seq.push_back(0);
-    Tensor q = gpu.alloc(1, 32 * 128), o = gpu.alloc(1, 32 * 128);
-    const float ms = time_ms([&] { gpu.attention(q, o, *kv, 0, lay, p); }, 20);
-    std::printf("BENCH attention decode 1 row, 4096 keys, 32/8 heads of 128: %.3f ms, %.0f GB/s of KV\n",
-                ms, 2.0 * L * 8 * 128 * 4 / ms / 1e6);
-    gpu.free(q);
-    gpu.free(o);
+    std::mt19937 rng(7);
+    HostWeight hg = make_weight(DType::F32, 1, 4096, rng, true);
+    auto g = gpu.load_weight(hg.view);
+    RopeParams rp;
+    rp.head_dim = 128, rp.rot_dim = 128, rp.neox = true;
+    for (int i = 0; i < 64; ++i) rp.inv_freq.push_back(static_cast<float>(std::pow(500000.0, -i / 64.0)));
+    for (int64_t m : {1, 512}) {
+      Tensor x = gpu.alloc(m, 4096), y = gpu.alloc(m, 4096), k = gpu.alloc(m, 1024);
+      auto xs = random_floats(rng, static_cast<size_t>(m * 4096));
+      gpu.from_host(xs.data(), x);
+      std::vector<int32_t> pos(static_cast<size_t>(m));
+      for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(1000 + i);
+      const float rms = time_ms([&] { gpu.rmsnorm(x, *g, 1e-5f, false, y); }, 200);
+      const float rq = time_ms([&] { gpu.rope(x, 32, pos.data(), rp); }, 200);
+      const float rk = time_ms([&] { gpu.rope(k, 8, pos.data(), rp); }, 200);
+      std::printf("BENCH rows m=%lld: rmsnorm 4096 %.2f us, rope 32x128 %.2f us, rope 8x128 %.2f us\n",
+                  static_cast<long long>(m), rms * 1e3, rq * 1e3, rk * 1e3);
+      gpu.free(x);
+      gpu.free(y);
+      gpu.free(k);
+    }
   }
 }
 

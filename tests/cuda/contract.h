@@ -54,6 +54,9 @@ std::string topk_gate(const TopkFn& f, Backend& gpu, Backend& cpu, int64_t n, in
 std::string kv_page_gate(Backend& gpu, Backend& cpu, uint32_t seed);
 std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Backend& cpu, int L,
                            const AttnParams& p, int page_size, uint32_t seed);
+// Rows of several sequences in one call, interleaved, one at a time, and as decode-like calls.
+std::string attention_multi_gate(const AttnFn& f, Backend& gpu, Backend& cpu, const std::vector<int>& lens,
+                                 const AttnParams& p, int page_size, uint32_t seed);
 
 // Planted faults, compiled only into this test (contract_controls.cu).
 MatmulFn control_matmul_korder_by_m();
@@ -65,6 +68,7 @@ ActFn control_act_gelu_erf();
 StoreFn control_store_ignores_pages();
 AttnFn control_attention_drop_last_key();
 AttnFn control_attention_order_by_rows();
+AttnFn control_attention_one_sequence();
 TopkFn control_topk_ties_high();
 ScatterFn control_scatter_reversed();
 

@@ -174,6 +174,15 @@ StoreFn control_store_ignores_pages() {
 AttnFn control_attention_drop_last_key() { return naive_attention_fn(1); }
 AttnFn control_attention_order_by_rows() { return naive_attention_fn(2); }
 
+AttnFn control_attention_one_sequence() {
+  return [](Backend& be, const Tensor& q, Tensor out, const KvStorage& kv, int layer,
+            const RowLayout& rows, const AttnParams& p) {
+    RowLayout lay = rows;
+    std::fill(lay.seq.begin(), lay.seq.end(), 0);
+    be.attention(q, out, kv, layer, lay, p);
+  };
+}
+
 TopkFn control_topk_ties_high() {
   return [](Backend& be, const Tensor& x, int k, bool norm, int32_t* idx, float* w) {
     be.topk_softmax(x, k, norm, idx, w);

@@ -407,13 +407,13 @@ std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Bac
   const std::string tag = "attention L=" + std::to_string(L) + " heads=" + std::to_string(p.n_heads) +
                           "/" + std::to_string(p.n_kv_heads) + " hd=" + std::to_string(p.head_dim);
   // Variant 0: one store, pages in order; 1: chunks of 5, scrambled pages; 2: one row at a time
-  // (stores and queries). The cpu backend runs variant 0 as the reference.
+  // (stores and queries); 3: like 0 but queries in chunks of 37 rows. The cpu backend runs variant 0 as the reference.
   auto run = [&](Backend& be, int variant, const StoreFn& store, const AttnFn& attn) {
     auto kv = be.alloc_kv(layers, npages + 3, page_size, p.n_kv_heads, p.head_dim);
     RowLayout lay;
     lay.seq_pages.resize(1);
     for (int i = 0; i < npages; ++i) lay.seq_pages[0].push_back(variant == 1 ? (npages + 2 - i) : i);
-    const int chunk = variant == 0 ? L : variant == 1 ? 5 : 1;
+    const int chunk = variant == 0 || variant == 3 ? L : variant == 1 ? 5 : 1;
     for (int b = 0; b < L; b += chunk) {
       const int n = std::min(chunk, L - b);
       RowLayout part = lay;
@@ -425,7 +425,7 @@ std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Bac
       be.free(kt), be.free(vt);
     }
     Tensor q = upload(be, qs, L, qw), out = poisoned(be, L, qw);
-    const int qchunk = variant == 2 ? 1 : L;
+    const int qchunk = variant == 2 ? 1 : variant == 3 ? 37 : L;
     for (int b = 0; b < L; b += qchunk) {
       const int n = std::min(qchunk, L - b);
       RowLayout part = lay;
@@ -441,12 +441,94 @@ std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Bac
   double vmax = 0;
   for (float v : vs) vmax = std::max(vmax, static_cast<double>(std::fabs(v)));
   const std::vector<double> mag(ref.size(), vmax);
-  std::vector<float> outs[3];
-  for (int v = 0; v < 3; ++v) outs[v] = run(gpu, v, st, f);
+  std::vector<float> outs[4];
+  for (int v = 0; v < 4; ++v) outs[v] = run(gpu, v, st, f);
   std::string e = close(outs[0], ref, mag, 1e-4, tag);
-  for (int v = 1; v < 3 && e.empty(); ++v)
+  for (int v = 1; v < 4 && e.empty(); ++v)
     if (!same_bits(outs[0].data(), outs[v].data(), static_cast<int64_t>(L) * qw))
       e = tag + ": differs for storage/query variant " + std::to_string(v);
+  return e;
+}
+
+// Several sequences (lengths lens) with interleaved pages in one pool. Reference: the cpu backend
+// over every row in one call. The gpu must match it and give the same bits when the rows come
+// interleaved across sequences, one at a time, or as each sequence's prefix followed by one
+// decode-like call holding the last row of every sequence.
+std::string attention_multi_gate(const AttnFn& f, Backend& gpu, Backend& cpu, const std::vector<int>& lens,
+                                 const AttnParams& p, int page_size, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int kvw = p.n_kv_heads * p.head_dim, qw = p.n_heads * p.head_dim, ns = static_cast<int>(lens.size());
+  RowLayout all;
+  all.seq_pages.resize(static_cast<size_t>(ns));
+  int pages = 0, total = 0, most = 0;
+  for (int l : lens) pages += (l + page_size - 1) / page_size, total += l, most = std::max(most, l);
+  std::vector<int32_t> ids(static_cast<size_t>(pages));
+  for (int i = 0; i < pages; ++i) ids[static_cast<size_t>(i)] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  int next = 0;
+  for (int s = 0; s < ns; ++s) {
+    for (int i = 0; i < (lens[static_cast<size_t>(s)] + page_size - 1) / page_size; ++i)
+      all.seq_pages[static_cast<size_t>(s)].push_back(ids[static_cast<size_t>(next++)]);
+    for (int r = 0; r < lens[static_cast<size_t>(s)]; ++r) all.pos.push_back(r), all.seq.push_back(s);
+  }
+  auto ks = random_floats(rng, static_cast<size_t>(total) * kvw, -2.f, 2.f);
+  auto vs = random_floats(rng, static_cast<size_t>(total) * kvw);
+  auto qs = random_floats(rng, static_cast<size_t>(total) * qw, -2.f, 2.f);
+  const std::string tag = "attention " + std::to_string(ns) + " sequences up to " + std::to_string(most) +
+                          " heads=" + std::to_string(p.n_heads) + "/" + std::to_string(p.n_kv_heads) +
+                          " hd=" + std::to_string(p.head_dim);
+  // Calls are lists of row indices into `all`; results land at those rows.
+  auto run = [&](Backend& be, const AttnFn& attn, const std::vector<std::vector<int>>& calls) {
+    auto kv = be.alloc_kv(1, pages, page_size, p.n_kv_heads, p.head_dim);
+    Tensor kt = upload(be, ks, total, kvw), vt = upload(be, vs, total, kvw);
+    be.kv_store(*kv, 0, kt, vt, all);
+    be.free(kt), be.free(vt);
+    std::vector<float> res(static_cast<size_t>(total) * qw);
+    for (const auto& call : calls) {
+      const int n = static_cast<int>(call.size());
+      RowLayout lay;
+      lay.seq_pages = all.seq_pages;
+      std::vector<float> qp;
+      for (int r : call) {
+        lay.pos.push_back(all.pos[static_cast<size_t>(r)]), lay.seq.push_back(all.seq[static_cast<size_t>(r)]);
+        qp.insert(qp.end(), qs.begin() + static_cast<int64_t>(r) * qw, qs.begin() + static_cast<int64_t>(r + 1) * qw);
+      }
+      Tensor q = upload(be, qp, n, qw), out = poisoned(be, n, qw);
+      attn(be, q, out, *kv, 0, lay, p);
+      auto o = host(be, out);
+      for (int i = 0; i < n; ++i)
+        std::copy(o.begin() + static_cast<int64_t>(i) * qw, o.begin() + static_cast<int64_t>(i + 1) * qw,
+                  res.begin() + static_cast<int64_t>(call[static_cast<size_t>(i)]) * qw);
+      be.free(q), be.free(out);
+    }
+    return res;
+  };
+  std::vector<int> every(static_cast<size_t>(total)), interleaved, lasts, start;
+  for (int r = 0; r < total; ++r) every[static_cast<size_t>(r)] = r;
+  for (int s = 0, at = 0; s < ns; at += lens[static_cast<size_t>(s)], ++s) start.push_back(at);
+  for (int i = 0; i < most; ++i)
+    for (int s = 0; s < ns; ++s)
+      if (i < lens[static_cast<size_t>(s)]) interleaved.push_back(start[static_cast<size_t>(s)] + i);
+  std::vector<std::vector<int>> prefixes, singles;
+  for (int s = 0; s < ns; ++s) {
+    const int b = start[static_cast<size_t>(s)], l = lens[static_cast<size_t>(s)];
+    lasts.push_back(b + l - 1);
+    if (l > 1) prefixes.emplace_back(every.begin() + b, every.begin() + b + l - 1);
+  }
+  prefixes.push_back(lasts);
+  for (int r = 0; r < total; ++r) singles.push_back({r});
+  const auto ref = run(cpu, real_attention(), {every});
+  double vmax = 0;
+  for (float v : vs) vmax = std::max(vmax, static_cast<double>(std::fabs(v)));
+  const std::vector<double> mag(ref.size(), vmax);
+  const auto base = run(gpu, f, {every});
+  std::string e = close(base, ref, mag, 1e-4, tag);
+  const std::vector<std::vector<int>> variants[3] = {{interleaved}, prefixes, singles};
+  for (int v = 0; v < 3 && e.empty(); ++v) {
+    const auto got = run(gpu, f, variants[v]);
+    if (!same_bits(base.data(), got.data(), static_cast<int64_t>(total) * qw))
+      e = tag + ": differs for call variant " + std::to_string(v);
+  }
   return e;
 }
 

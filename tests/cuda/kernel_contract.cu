@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_factory.h"
 #include "contract.h"
+#include "contract_moe.h"
 #include "contract_recurrent.h"
 
 using namespace tf;
@@ -174,12 +175,39 @@ std::vector<Case> kernels() {
   v.push_back({"rmsnorm BF16 n=333 add_one", [](Backend& g, Backend& c) {
                  return rmsnorm_gate(real_rmsnorm(), g, c, DType::BF16, 333, true, 22);
                }});
+  // Decode-like and odd widths: n=4098 alternates 16-byte aligned rows, n=3 is all tail.
+  auto rms = [&](DType dt, int64_t n, bool one, uint32_t seed) {
+    v.push_back({std::string("rmsnorm ") + dtype_name(dt) + " n=" + std::to_string(n) +
+                     (one ? " add_one" : ""),
+                 [=](Backend& g, Backend& c) {
+                   return rmsnorm_gate(real_rmsnorm(), g, c, dt, n, one, seed);
+                 }});
+  };
+  rms(DType::BF16, 4096, true, 23);
+  rms(DType::F32, 5120, false, 24);
+  rms(DType::F32, 333, false, 25);
+  rms(DType::F32, 4098, true, 26);
+  rms(DType::F32, 3, false, 27);
   v.push_back({"rope neox hd=64", [](Backend& g, Backend& c) {
                  return rope_gate(real_rope(), g, c, 4, 64, 64, true, 1.0f, 31);
                }});
   v.push_back({"rope interleaved hd=80 rot=32 mscale", [](Backend& g, Backend& c) {
                  return rope_gate(real_rope(), g, c, 3, 80, 32, false, 1.2f, 32);
                }});
+  // Decode shapes, partial rotary of both layouts, and more pairs than one pass of the block.
+  auto rp = [&](int heads, int hd, int rot, bool neox, float ms, uint32_t seed) {
+    v.push_back({"rope " + std::string(neox ? "neox " : "interleaved ") + std::to_string(heads) + "x" +
+                     std::to_string(hd) + " rot=" + std::to_string(rot) + (ms != 1.0f ? " mscale" : ""),
+                 [=](Backend& g, Backend& c) {
+                   return rope_gate(real_rope(), g, c, heads, hd, rot, neox, ms, seed);
+                 }});
+  };
+  rp(32, 128, 128, true, 1.0f, 33);
+  rp(8, 128, 128, true, 1.0f, 34);
+  rp(16, 64, 64, false, 1.0f, 35);
+  rp(4, 256, 64, true, 1.0f, 36);
+  rp(4, 256, 64, false, 0.9f, 37);
+  rp(40, 128, 128, true, 1.3f, 38);
   for (Act a : {Act::SiLU, Act::GeluTanh, Act::Relu2})
     v.push_back({"act_mul " + std::to_string(static_cast<int>(a)),
                  [a](Backend& g, Backend& c) { return act_gate(real_act(), g, c, a, 41); }});
@@ -206,7 +234,24 @@ std::vector<Case> kernels() {
   at("L=300 8/2 hd=128", 300, attn(8, 2, 128), 16, 72);
   at("L=70 4/4 hd=80 window=7 softcap=30", 70, attn(4, 4, 80, 7, 30.0f), 8, 73);
   at("L=45 2/1 hd=256", 45, attn(2, 1, 256), 32, 74);
+  // Several splits of 64 keys, staged dims in chunks of 128, sliding windows across split seams.
+  at("L=1100 8/2 hd=128", 1100, attn(8, 2, 128), 16, 76);
+  at("L=2050 32/8 hd=128", 2050, attn(32, 8, 128), 16, 77);
+  at("L=300 6/2 hd=80 page 7", 300, attn(6, 2, 80), 7, 78);
+  at("L=400 4/1 hd=256 window=100", 400, attn(4, 1, 256), 16, 79);
+  at("L=260 2/2 hd=512 window=70 softcap=50", 260, attn(2, 2, 512, 70, 50.0f), 16, 80);
+  at("L=200 4/4 hd=34 window=130", 200, attn(4, 4, 34, 130), 5, 94);
+  at("L=150 3/1 hd=384", 150, attn(3, 1, 384), 16, 95);
+  auto multi = [&](const std::string& name, std::vector<int> lens, AttnParams p, int ps, uint32_t seed) {
+    v.push_back({"attention " + name, [=](Backend& g, Backend& c) {
+                   return attention_multi_gate(real_attention(), g, c, lens, p, ps, seed);
+                 }});
+  };
+  multi("4 sequences 700/1/65/130 8/2 hd=128", {700, 1, 65, 130}, attn(8, 2, 128), 16, 96);
+  multi("3 sequences 300/129/64 4/2 hd=80 window=90", {300, 129, 64}, attn(4, 2, 80, 90), 16, 97);
+  multi("2 sequences 1030/513 32/8 hd=128", {1030, 513}, attn(32, 8, 128), 16, 98);
   add_hybrid_kernels(v);
+  for (auto& [name, run] : moe_kernel_cases()) v.push_back({name, run});
   return v;
 }
 
@@ -239,6 +284,10 @@ std::vector<Case> controls() {
   v.push_back({"attention whose key order depends on the row count", [](Backend& g, Backend& c) {
                  return attention_gate(control_attention_order_by_rows(), real_store(), g, c, 37, attn(4, 2, 64), 16, 71);
                }});
+  v.push_back({"attention reading every row's keys from the first sequence", [](Backend& g, Backend& c) {
+                 return attention_multi_gate(control_attention_one_sequence(), g, c, {300, 129, 64},
+                                             attn(4, 2, 80, 90), 16, 97);
+               }});
   v.push_back({"topk ranking ties to the higher index", [](Backend& g, Backend& c) {
                  return topk_gate(control_topk_ties_high(), g, c, 64, 4, true, 61);
                }});
@@ -246,6 +295,7 @@ std::vector<Case> controls() {
                  return gather_scatter_gate(control_scatter_reversed(), g, c, 53);
                }});
   add_hybrid_controls(v);
+  for (auto& [name, run] : moe_control_cases()) v.push_back({name, run});
   return v;
 }
 

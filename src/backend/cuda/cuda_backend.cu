@@ -1,10 +1,12 @@
 // Memory, weights, KV storage and the factory of the CUDA backend.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_factory.h"
+#include "backend/cuda/cuda_profile.cuh"
 #include "backend/cuda/cuda_util.cuh"
 
 namespace tf::cuda {
@@ -107,6 +109,8 @@ CudaBackend::CudaBackend(int device)
   TF_CHECK(prop.major >= 8, "cuda backend: device ", device, " (", prop.name, ") has compute ",
            prop.major, ".", prop.minor, "; bf16 tensor cores need 8.0 or newer");
   name_ = cat("cuda-", prop.name);
+  const char* env = std::getenv("TF_CUDA_PROFILE");
+  if (env && *env && std::string(env) != "0") set_profiling(true);
 }
 
 CudaBackend::~CudaBackend() {
@@ -116,6 +120,8 @@ CudaBackend::~CudaBackend() {
   cudaFree(meta_dev_);
   cudaFree(partials_);
   cudaFree(counters_);
+  for (Buffer& b : buffers_) cudaFree(b.p);
+  for (auto& [w, t] : expert_ptrs_) cudaFree(t.table);
 }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
@@ -134,6 +140,7 @@ void CudaBackend::free(Tensor& t) {
 }
 
 void CudaBackend::to_host(const Tensor& src, float* dst) {
+  const ProfScope prof(*this, "to_host", nullptr, src.rows);
   check_tensor(src, "to_host", "src");
   if (src.rows * src.cols == 0) return;
   TF_CHECK(dst != nullptr, "to_host: null destination");
@@ -143,6 +150,7 @@ void CudaBackend::to_host(const Tensor& src, float* dst) {
 }
 
 void CudaBackend::from_host(const float* src, Tensor dst) {
+  const ProfScope prof(*this, "from_host", nullptr, dst.rows);
   check_tensor(dst, "from_host", "dst");
   if (dst.rows * dst.cols == 0) return;
   TF_CHECK(src != nullptr, "from_host: null source");

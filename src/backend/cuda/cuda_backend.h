@@ -12,6 +12,7 @@
 
 namespace tf::cuda {
 
+struct OpProfile;
 
 // A weight in device memory, kept in its stored type. Q8_0 is repacked on upload into
 // int8 values [rows x cols] plus one f32 scale per block of 32 ([rows x cols / 32]).
@@ -43,6 +44,25 @@ class CudaKv : public KvStorage {
   float* k_ = nullptr;
   float* v_ = nullptr;
   ByteCounter counter_;
+};
+
+// One expert's weight as the grouped matmul reads it.
+struct ExpertPtr {
+  const void* data = nullptr;
+  const float* scales = nullptr;  // Q8_0 only
+};
+
+// The rows of a grouped (MoE) matmul, all in device memory: work item i is (expert, start, count)
+// at items[3 i], count <= 16 rows: y row order[start + r] = x row order[start + r] / x_div times
+// that expert's weight. Items past *n_items do nothing.
+struct GroupedRows {
+  const int32_t* items = nullptr;
+  const int32_t* n_items = nullptr;
+  const int32_t* order = nullptr;
+  const ExpertPtr* w = nullptr;
+  int max_items = 0;
+  int64_t pairs = 0;  // rows of y
+  int x_div = 1;
 };
 
 class CudaBackend : public Backend {
@@ -96,6 +116,15 @@ class CudaBackend : public Backend {
   void scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows, const float* w,
                           int n) override;
 
+  bool moe_experts(const Tensor& x, const Tensor& logits, const MoeRoute& route,
+                   const MoeExperts& ex, Tensor out) override;
+  // y [pairs x N] of a grouped matmul (BF16, F16 or Q8_0 weights of K columns); every row's bits
+  // equal matmul's for the same row and weight.
+  void matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt, int64_t N,
+                      float* y);
+  // A device buffer of at least n bytes kept for one use (slot) across calls.
+  void* buffer(int slot, uint64_t n);
+
   // Device scratch of at least n bytes for one op's metadata; the next op reuses it, which
   // the single in-order stream makes safe.
   uint8_t* scratch(uint64_t n);
@@ -109,6 +138,22 @@ class CudaBackend : public Backend {
   // (zero between launches: the last block of a tile resets its counter).
   float* matmul_partials(uint64_t n);
   unsigned* matmul_counters(uint64_t n);
+
+  void set_profiling(bool on) override;
+  std::string profile_take() override;
+  // Times one op between events on the stream when profiling is on; a no-op otherwise.
+  class ProfScope {
+   public:
+    ProfScope(CudaBackend& be, const char* op, const std::string* name, int64_t rows);
+    ~ProfScope();
+    ProfScope(const ProfScope&) = delete;
+    ProfScope& operator=(const ProfScope&) = delete;
+
+   private:
+    OpProfile* prof_;
+    int key_ = 0;
+    void* a_ = nullptr;
+  };
 
  private:
   struct MetaEntry {
@@ -128,6 +173,20 @@ class CudaBackend : public Backend {
   uint64_t partials_n_ = 0;
   unsigned* counters_ = nullptr;
   uint64_t counters_n_ = 0;
+  std::unique_ptr<OpProfile> prof_;
+  struct Buffer {
+    void* p = nullptr;
+    uint64_t n = 0;
+  };
+  std::vector<Buffer> buffers_;
+  struct ExpertTable {
+    ExpertPtr* table = nullptr;
+    const void* tag = nullptr;  // the first expert's up data when the table was made
+  };
+  std::unordered_map<const Weight*, ExpertTable> expert_ptrs_;  // by the first expert's up weight
+ public:
+  // Device array of the experts' gate, up and down pointers (3 x E), made once per layer.
+  const ExpertPtr* expert_ptrs(const MoeExperts& ex);
 };
 
 // Throws unless w is a weight this backend made; names the op.

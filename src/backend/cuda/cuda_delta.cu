@@ -229,6 +229,7 @@ size_t chunk_smem(int L, int Kd, int vt) {
 void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weight& A_log,
                               const Weight& dt_bias, const DeltaParams& p, const RowLayout& rows,
                               const StateRefs& st, int64_t off, Tensor y) {
+  const ProfScope prof(*this, "gated_delta", nullptr, y.rows);
   const char* op = "gated_delta";
   TF_CHECK(p.k_heads > 0 && p.v_heads > 0 && p.v_heads % p.k_heads == 0 && p.k_dim > 0 &&
                p.v_dim > 0 && p.chunk > 0 && p.chunk <= 256 && p.v_heads <= 65535 && p.k_dim <= 4096,

@@ -76,6 +76,7 @@ bool ranks_before(const float* v, int32_t a, int32_t b) {
 }  // namespace
 
 void CudaBackend::activate(Act act, const Tensor& x, Tensor out) {
+  const ProfScope prof(*this, "activate", nullptr, x.rows);
   check_tensor(x, "activate", "x");
   check_tensor(out, "activate", "out");
   TF_CHECK(x.rows == out.rows && x.cols == out.cols, "activate: x [", x.rows, " x ", x.cols,
@@ -88,6 +89,7 @@ void CudaBackend::activate(Act act, const Tensor& x, Tensor out) {
 }
 
 void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
+  const ProfScope prof(*this, "mul_sigmoid", nullptr, y.rows);
   check_tensor(y, "mul_sigmoid", "y");
   check_cols(gate, y.rows, y.cols, "mul_sigmoid", "gate");
   const int64_t n = y.rows * y.cols;
@@ -98,6 +100,7 @@ void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
 
 void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int group, float eps,
                                 bool norm_first, Tensor y) {
+  const ProfScope prof(*this, "gated_rmsnorm", nullptr, x.rows);
   check_tensor(x, "gated_rmsnorm", "x");
   check_tensor(y, "gated_rmsnorm", "y");
   TF_CHECK(group > 0 && x.cols % group == 0 && y.rows == x.rows && y.cols == x.cols,
@@ -116,6 +119,7 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor dst) {
+  const ProfScope prof(*this, "copy", nullptr, src.rows);
   check_copy(src, dst);
   const uint64_t bytes = static_cast<uint64_t>(src.rows * src.cols) * sizeof(float);
   if (bytes == 0 || src.data == dst.data) return;
@@ -129,6 +133,7 @@ void CudaBackend::copy(const Tensor& src, Tensor dst) {
 void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias, int n_group,
                                        int topk_group, int k, bool norm, float scale,
                                        int32_t* idx_out, float* w_out) {
+  const ProfScope prof(*this, "topk_sigmoid_grouped", nullptr, logits.rows);
   const char* op = "topk_sigmoid_grouped";
   check_tensor(logits, op, "logits");
   const int64_t n = logits.cols;

@@ -99,15 +99,19 @@ __device__ __forceinline__ bool arrive_last(unsigned* counter, int slices) {
 }
 
 // Sums the slices' partials of rows [m0, m0 + rows) x columns [n0, n0 + cols) in slice order.
+// Partials are [s][P][N] with P = M, or with rowmap the row p of row r is rowmap[r] (of P).
 __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, int64_t N,
                                               int64_t m0, int rows, int64_t n0, int cols,
-                                              const float* __restrict__ bias, float* __restrict__ y) {
+                                              const float* __restrict__ bias, float* __restrict__ y,
+                                              const int32_t* rowmap = nullptr, int64_t P = 0) {
+  if (!rowmap) P = M;
   for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
     const int64_t r = m0 + i / cols, c = n0 + i % cols;
     if (r >= M || c >= N) continue;
-    float t = __ldcg(sp.part + r * N + c);
-    for (int s = 1; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * M + r) * N + c));
-    y[r * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
+    const int64_t pr = rowmap ? rowmap[r] : r;
+    float t = __ldcg(sp.part + pr * N + c);
+    for (int s = 1; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * P + pr) * N + c));
+    y[pr * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
   }
 }
 
@@ -389,28 +393,48 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 }
 
 // Few rows (M <= 16): each warp owns 8 columns of a slice and loads its weight operands straight
-// from memory, 8 consecutive k per lane (16 bytes for BF16/F16), kSkinnyUnroll chunks in flight.
+// from memory, 8 consecutive k per lane (16 bytes for BF16/F16), the next step's loads in flight
+// while a step computes. A step is kSkinnyUnroll chunks; the block first splits the step's x into
+// operand words in shared memory once for all its warps (rows past M as zeros).
 // kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices).
-template <int WT, bool kHigh>
+// kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
+// gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
+template <int WT, bool kHigh, bool kGroup>
 __global__ void __launch_bounds__(kSkinnyWarps * 32)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
-                  float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp) {
-  constexpr int U = kSkinnyUnroll;
+                  float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp,
+                  GroupedRows gr) {
+  constexpr int U = kSkinnyUnroll, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
+  constexpr bool kLo = WT != kQ8;
+  // Operand words of one step: [row][group][hi 0..3, lo 0..3].
+  __shared__ __align__(16) uint32_t xs[R][G][8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int32_t* rowmap = nullptr;
+  int64_t P = M;  // rows of y and of each slice's partials
+  unsigned tile = blockIdx.x;
+  if (kGroup) {
+    const int item = static_cast<int>(blockIdx.z);
+    if (item >= *gr.n_items) return;
+    const int32_t e = gr.items[3 * item];
+    rowmap = gr.order + gr.items[3 * item + 1];
+    M = gr.items[3 * item + 2];
+    P = gr.pairs;
+    w = gr.w[e].data;
+    wscale = gr.w[e].scales;
+    tile += blockIdx.z * gridDim.x;
+  }
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyBN, nw = n0 + warp * 8;
   const int64_t kbeg = static_cast<int64_t>(blockIdx.y) * sp.ks;
   const int64_t kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
   const int64_t wr = nw + g;  // the weight row this lane loads
   const bool wlive = wr < N;
-  const bool live_a = g < M, live_b = kHigh && g + 8 < M;
-  const float* xa = x + (live_a ? g : 0) * K;
-  const float* xb = x + (live_b ? g + 8 : 0) * K;
   const int64_t c0 = nw + 2 * t4;  // this lane's output columns c0, c0 + 1
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
-    uint32_t wb[U][4];
-    float sc[U][2];
+  uint32_t wb[U][4];
+  float sc[U][2];
+  // Issues the weight (and Q8 scale) loads of the step at kc.
+  auto load_w = [&](int64_t kc) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = kc + 32 * u + 8 * t4;
@@ -418,7 +442,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
       if (WT == kQ8) {
         uint2 q = make_uint2(0u, 0u);
         if (in) q = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w) + wr * K + k);
-        wb[u][0] = q.x, wb[u][1] = q.y;
+        wb[u][0] = q.x, wb[u][1] = q.y, wb[u][2] = 0u, wb[u][3] = 0u;
         const int64_t blk = (kc + 32 * u) / 32;
         const bool sin = kc + 32 * u < kend;
         sc[u][0] = sin && c0 < N ? wscale[c0 * (K / 32) + blk] : 0.0f;
@@ -436,26 +460,60 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
             wb[u][e] = pack2(h0, h1);
           }
         }
+        sc[u][0] = sc[u][1] = 0.0f;
       }
     }
+  };
+  if (kbeg < kend) load_w(kbeg);
+  for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
+    // The step's x as operand words, each (row, k8 group) split by one thread.
+    for (int i = threadIdx.x; i < R * G; i += kSkinnyWarps * 32) {
+      const int r = i / G, q = i % G;
+      uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
+      if (r < M) {
+        const int64_t xr = kGroup ? rowmap[r] / gr.x_div : r;
+        float v[8];
+        load_x8(v, x + xr * K, true, K, kc + 8 * q, vec_x);
+        split8<kLo>(v, hi, lo);
+      }
+      *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+    uint32_t cw[U][4];
+    float cs[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) cw[u][e] = wb[u][e];
+      cs[u][0] = sc[u][0], cs[u][1] = sc[u][1];
+    }
+    if (kc + 32 * U < kend) load_w(kc + 32 * U);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (kc + 32 * u >= kend) break;  // a chunk starting past the slice is not in the chain
-      const int64_t k = kc + 32 * u + 8 * t4;
-      float v[8];
-      uint32_t ah[4], al[4], bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
-      load_x8(v, xa, live_a, K, k, vec_x);
-      split8<WT != kQ8>(v, ah, al);
+      const int q = 4 * u + t4;
+      const uint4 h4 = *reinterpret_cast<const uint4*>(&xs[g][q][0]);
+      const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w};
+      uint32_t al[4] = {0u, 0u, 0u, 0u}, bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
+      if (kLo) {
+        const uint4 l4 = *reinterpret_cast<const uint4*>(&xs[g][q][4]);
+        al[0] = l4.x, al[1] = l4.y, al[2] = l4.z, al[3] = l4.w;
+      }
       if (kHigh) {
-        load_x8(v, xb, live_b, K, k, vec_x);
-        split8<WT != kQ8>(v, bh, bl);
+        const uint4 hb = *reinterpret_cast<const uint4*>(&xs[(g + 8) % R][q][0]);
+        bh[0] = hb.x, bh[1] = hb.y, bh[2] = hb.z, bh[3] = hb.w;
+        if (kLo) {
+          const uint4 lb = *reinterpret_cast<const uint4*>(&xs[(g + 8) % R][q][4]);
+          bl[0] = lb.x, bl[1] = lb.y, bl[2] = lb.z, bl[3] = lb.w;
+        }
       }
       // Weight words as bf16 pairs (F16: hi in wh, exact remainder in wl).
       uint32_t wh[4], wl[4];
       if (WT == kQ8) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const uint32_t word = wb[u][e / 2];
+          const uint32_t word = cw[u][e / 2];
           const int sh = 16 * (e % 2);
           const float f0 = static_cast<float>(static_cast<int8_t>(word >> sh));
           const float f1 = static_cast<float>(static_cast<int8_t>(word >> (sh + 8)));
@@ -465,15 +523,15 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
       } else if (WT == kF16) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(wb[u][e] & 0xffffu)));
-          const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(wb[u][e] >> 16)));
+          const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][e] & 0xffffu)));
+          const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][e] >> 16)));
           const uint16_t h0 = bf16_bits(f0), h1 = bf16_bits(f1);
           wh[e] = pack2(h0, h1);
           wl[e] = pack2(lo_bits(f0, h0), lo_bits(f1, h1));
         }
       } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) wh[e] = wb[u][e], wl[e] = 0u;
+        for (int e = 0; e < 4; ++e) wh[e] = cw[u][e], wl[e] = 0u;
       }
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -490,23 +548,25 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
         }
       }
       if (WT == kQ8) {
-        acc[0] = __fmaf_rn(sc[u][0], part[0], acc[0]);
-        acc[1] = __fmaf_rn(sc[u][1], part[1], acc[1]);
-        acc[2] = __fmaf_rn(sc[u][0], part[2], acc[2]);
-        acc[3] = __fmaf_rn(sc[u][1], part[3], acc[3]);
+        acc[0] = __fmaf_rn(cs[u][0], part[0], acc[0]);
+        acc[1] = __fmaf_rn(cs[u][1], part[1], acc[1]);
+        acc[2] = __fmaf_rn(cs[u][0], part[2], acc[2]);
+        acc[3] = __fmaf_rn(cs[u][1], part[3], acc[3]);
       }
     }
+    __syncthreads();  // the next step's split overwrites xs
   }
   const bool partial = sp.s > 1;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int64_t r = g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
     if (r >= M || c >= N) continue;
-    if (partial) sp.part[(static_cast<int64_t>(blockIdx.y) * M + r) * N + c] = acc[e];
-    else y[r * N + c] = bias ? __fadd_rn(acc[e], bias[c]) : acc[e];
+    const int64_t pr = kGroup ? rowmap[r] : r;
+    if (partial) sp.part[(static_cast<int64_t>(blockIdx.y) * P + pr) * N + c] = acc[e];
+    else y[pr * N + c] = bias ? __fadd_rn(acc[e], bias[c]) : acc[e];
   }
-  if (partial && arrive_last(sp.counters + blockIdx.x, sp.s))
-    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, kSkinnyBN, bias, y);
+  if (partial && arrive_last(sp.counters + tile, sp.s))
+    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, kSkinnyBN, bias, y, rowmap, P);
 }
 
 // F32 weights: one warp per output, lane j takes k = j (mod 32) in increasing k by fma, then
@@ -561,9 +621,25 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
     sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
     sp.counters = be.matmul_counters(grid.x);
   }
-  auto kern = x.rows > 8 ? skinny_matmul<WT, true> : skinny_matmul<WT, false>;
+  auto kern = x.rows > 8 ? skinny_matmul<WT, true, false> : skinny_matmul<WT, false, false>;
   kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
-                                    y.cols, vec_x, vec_w, sp);
+                                    y.cols, vec_x, vec_w, sp, GroupedRows{});
+}
+
+template <int WT>
+void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRows& gr, float* y,
+                    int64_t N, bool vec_w) {
+  const SplitArgs base = split_for(K, N);
+  SplitArgs sp = base;
+  const dim3 grid(static_cast<unsigned>((N + kSkinnyBN - 1) / kSkinnyBN), static_cast<unsigned>(sp.s),
+                  static_cast<unsigned>(gr.max_items));
+  if (sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * gr.pairs * N);
+    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
+  }
+  const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  skinny_matmul<WT, true, true><<<grid, kSkinnyWarps * 32>>>(x, gr.pairs, K, nullptr, nullptr, nullptr,
+                                                             y, N, vec_x, vec_w, sp, gr);
 }
 
 template <int WT>
@@ -578,7 +654,22 @@ void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const
 
 }  // namespace
 
+void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt,
+                                 int64_t N, float* y) {
+  TF_CHECK(gr.max_items >= 1 && gr.max_items <= 65535 && gr.x_div >= 1 && gr.pairs >= 1,
+           "matmul_grouped: ", gr.max_items, " work items over ", gr.pairs, " rows");
+  const bool vec_w = dt == DType::Q8_0 || K % 8 == 0;
+  switch (dt) {
+    case DType::BF16: launch_grouped<kBF16>(*this, x, K, gr, y, N, vec_w); break;
+    case DType::F16: launch_grouped<kF16>(*this, x, K, gr, y, N, vec_w); break;
+    case DType::Q8_0: launch_grouped<kQ8>(*this, x, K, gr, y, N, vec_w); break;
+    default: fail("matmul_grouped: weights of this dtype take the op-by-op path");
+  }
+  check_launch("matmul_grouped");
+}
+
 void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, Tensor y) {
+  const ProfScope prof(*this, "matmul", &wt.name, x.rows);
   const CudaWeight& w = as_cuda(wt, "matmul");
   check_tensor(x, "matmul", "x");
   check_tensor(y, "matmul", "y");

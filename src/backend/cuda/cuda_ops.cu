@@ -2,7 +2,9 @@
 // Compiled with --fmad=false, so products and sums round separately as in the cpu backend.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -12,7 +14,7 @@ namespace tf::cuda {
 
 namespace {
 
-constexpr int kRowThreads = 256;
+constexpr int kRowThreads = 256;  // threads of one softmax row
 
 __global__ void embed_kernel(int dt, const void* table, const float* scales, const int32_t* ids,
                              int64_t cols, float* out, int64_t total) {
@@ -22,39 +24,133 @@ __global__ void embed_kernel(int dt, const void* table, const float* scales, con
   out[i] = load_elem(dt, table, scales, static_cast<int64_t>(ids[r]) * cols + c);
 }
 
-// Thread t sums x[i]^2 for i = t (mod 256) in increasing i, then the fixed halving tree.
-__global__ void rmsnorm_kernel(const float* x, const float* g, float eps, bool add_one,
-                               int64_t n, float* y) {
-  __shared__ float sh[kRowThreads];
+constexpr int kNormThreads = 256;
+constexpr int kNormCache = 4;  // float4 chunks per thread held in registers across the barrier
+
+__device__ __forceinline__ float add_squares4(float s, float a, float b, float c, float d) {
+  s = __fadd_rn(s, __fmul_rn(a, a));
+  s = __fadd_rn(s, __fmul_rn(b, b));
+  s = __fadd_rn(s, __fmul_rn(c, c));
+  return __fadd_rn(s, __fmul_rn(d, d));
+}
+
+__device__ __forceinline__ float norm_elem(float x, float g, float inv, bool add_one) {
+  return __fmul_rn(__fmul_rn(x, inv), add_one ? __fadd_rn(1.0f, g) : g);
+}
+
+__device__ __forceinline__ float4 norm4(float4 x, float4 g, float inv, bool add_one) {
+  return make_float4(norm_elem(x.x, g.x, inv, add_one), norm_elem(x.y, g.y, inv, add_one),
+                     norm_elem(x.z, g.z, inv, add_one), norm_elem(x.w, g.w, inv, add_one));
+}
+
+// Order (depends on n only): chunk i/4 to thread (i/4) % 256, which adds squares in increasing i;
+// then warp_sum's butterfly, then warps 0..7 in order; float4 or scalar loads give the same bits.
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_kernel(const float* x, const float* g, float eps, bool add_one, int64_t n, float* y) {
+  __shared__ float warp_sums[kNormThreads / 32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  const int t = threadIdx.x;
+  const int64_t nc = n / 4;
+  const bool vec = ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr) |
+                     reinterpret_cast<uintptr_t>(g)) & 15u) == 0;
+  const auto* x4 = reinterpret_cast<const float4*>(xr);
+  const auto* g4 = reinterpret_cast<const float4*>(g);
+  float4 xv[kNormCache], gv[kNormCache];
   float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) s = __fadd_rn(s, __fmul_rn(xr[i], xr[i]));
-  s = block_sum<kRowThreads>(s, sh);
-  const float inv = 1.0f / sqrtf(s / static_cast<float>(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
-    const float w = add_one ? 1.0f + g[i] : g[i];
-    yr[i] = (xr[i] * inv) * w;
+  if (vec) {
+    // The thread's first chunks of x and w load together before the reduction.
+#pragma unroll
+    for (int k = 0; k < kNormCache; ++k) {
+      const int64_t c = t + static_cast<int64_t>(k) * kNormThreads;
+      xv[k] = c < nc ? x4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      gv[k] = c < nc ? g4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < kNormCache; ++k)
+      if (t + static_cast<int64_t>(k) * kNormThreads < nc)
+        s = add_squares4(s, xv[k].x, xv[k].y, xv[k].z, xv[k].w);
+#pragma unroll 4
+    for (int64_t c = t + static_cast<int64_t>(kNormCache) * kNormThreads; c < nc; c += kNormThreads) {
+      const float4 v = x4[c];
+      s = add_squares4(s, v.x, v.y, v.z, v.w);
+    }
+  } else {
+#pragma unroll 4
+    for (int64_t c = t; c < nc; c += kNormThreads) {
+      const float* p = xr + 4 * c;
+      s = add_squares4(s, p[0], p[1], p[2], p[3]);
+    }
+  }
+  // The short last chunk comes after all of its owner's full chunks.
+  if (t == nc % kNormThreads)
+    for (int64_t i = 4 * nc; i < n; ++i) s = __fadd_rn(s, __fmul_rn(xr[i], xr[i]));
+  s = warp_sum(s);
+  if ((t & 31) == 0) warp_sums[t >> 5] = s;
+  __syncthreads();
+  float total = warp_sums[0];
+#pragma unroll
+  for (int w = 1; w < kNormThreads / 32; ++w) total = __fadd_rn(total, warp_sums[w]);
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
+  if (vec) {
+    auto* y4 = reinterpret_cast<float4*>(yr);
+#pragma unroll
+    for (int k = 0; k < kNormCache; ++k) {
+      const int64_t c = t + static_cast<int64_t>(k) * kNormThreads;
+      if (c < nc) y4[c] = norm4(xv[k], gv[k], inv, add_one);
+    }
+    for (int64_t c = t + static_cast<int64_t>(kNormCache) * kNormThreads; c < nc; c += kNormThreads)
+      y4[c] = norm4(x4[c], g4[c], inv, add_one);
+    for (int64_t i = 4 * nc + t; i < n; i += kNormThreads) yr[i] = norm_elem(xr[i], g[i], inv, add_one);
+  } else {
+    for (int64_t i = t; i < n; i += kNormThreads) yr[i] = norm_elem(xr[i], g[i], inv, add_one);
   }
 }
 
-// One thread per (row, pair): cos and sin of the f32 angle in double, as the cpu backend.
-__global__ void rope_kernel(float* x, int64_t rows, int64_t cols, int n_heads, int head_dim,
-                            int half, bool neox, const int32_t* pos, const float* inv_freq,
-                            float mscale) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= rows * half) return;
-  const int64_t r = t / half;
-  const int i = static_cast<int>(t % half);
-  const float angle = static_cast<float>(pos[r]) * inv_freq[i];
-  const float c = static_cast<float>(cos(static_cast<double>(angle))) * mscale;
-  const float s = static_cast<float>(sin(static_cast<double>(angle))) * mscale;
-  const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = x + r * cols + static_cast<int64_t>(h) * head_dim;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x1 * c + x0 * s;
+constexpr int kRopeThreads = 256;
+constexpr int kRopeBatch = 8;  // pairs per thread loaded before any of them is stored
+
+// One block per row, no reduction: cos/sin (f32 angle, double cos/sin, as the cpu backend) go to
+// shared memory once per pair index, then pair j (head j / half) is rotated by thread j % 256.
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(float* x, int64_t cols, int n_heads, int head_dim, int half, bool neox,
+                const int32_t* pos, const float* inv_freq, float mscale) {
+  extern __shared__ float rope_cs[];  // cos of the half pairs, then their sin
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
+  const int t = threadIdx.x, total = n_heads * half, bstep = neox ? half : 1;
+  int ia[kRopeBatch], fi[kRopeBatch];
+  float v0[kRopeBatch], v1[kRopeBatch];
+  auto load = [&](int j0) {
+#pragma unroll
+    for (int k = 0; k < kRopeBatch; ++k) {
+      const int j = j0 + k * kRopeThreads;
+      if (j < total) {
+        const int h = j / half, i = j - h * half;
+        fi[k] = i;
+        ia[k] = h * head_dim + (neox ? i : 2 * i);
+        v0[k] = xr[ia[k]];
+        v1[k] = xr[ia[k] + bstep];
+      }
+    }
+  };
+  load(t);
+  const float fp = static_cast<float>(pos[blockIdx.x]);
+  for (int i = t; i < half; i += kRopeThreads) {
+    const float angle = __fmul_rn(fp, inv_freq[i]);
+    rope_cs[i] = __fmul_rn(static_cast<float>(cos(static_cast<double>(angle))), mscale);
+    rope_cs[half + i] = __fmul_rn(static_cast<float>(sin(static_cast<double>(angle))), mscale);
+  }
+  __syncthreads();
+  for (int j0 = t; j0 < total; j0 += kRopeBatch * kRopeThreads) {
+    if (j0 != t) load(j0);
+#pragma unroll
+    for (int k = 0; k < kRopeBatch; ++k) {
+      if (j0 + k * kRopeThreads < total) {
+        const float c = rope_cs[fi[k]], s = rope_cs[half + fi[k]];
+        xr[ia[k]] = __fsub_rn(__fmul_rn(v0[k], c), __fmul_rn(v1[k], s));
+        xr[ia[k] + bstep] = __fadd_rn(__fmul_rn(v1[k], c), __fmul_rn(v0[k], s));
+      }
+    }
   }
 }
 
@@ -73,14 +169,46 @@ __global__ void act_mul_kernel(int act, const float* gate, const float* up, floa
   if (i < n) out[i] = act_value(act, gate[i]) * up[i];
 }
 
+// The float4 forms do each element's arithmetic exactly as the scalar ones.
+__global__ void act_mul4_kernel(int act, const float4* gate, const float4* up, float4* out,
+                                int64_t n4) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 g = gate[i], u = up[i];
+  out[i] = make_float4(act_value(act, g.x) * u.x, act_value(act, g.y) * u.y,
+                       act_value(act, g.z) * u.z, act_value(act, g.w) * u.w);
+}
+
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = y[i] + x[i];
 }
 
+__global__ void add4_kernel(float4* y, const float4* x, int64_t n4) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 a = y[i], b = x[i];
+  y[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 __global__ void scale_kernel(float* x, float s, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = x[i] * s;
+}
+
+__global__ void scale4_kernel(float4* x, float s, int64_t n4) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 a = x[i];
+  x[i] = make_float4(a.x * s, a.y * s, a.z * s, a.w * s);
+}
+
+// Whether n floats at each pointer can be read as float4: n % 4 == 0 and 16-byte aligned.
+bool vec4(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n % 4 != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // Softmax of one row: max by the fixed tree, exp, sum by the fixed tree, divide.
@@ -123,6 +251,7 @@ __global__ void scatter_kernel(float* dst, const float* src, const int32_t* rows
 }  // namespace
 
 void CudaBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor out) {
+  const ProfScope prof(*this, "embed", nullptr, n);
   const CudaWeight& t = as_cuda(table, "embed");
   check_tensor(out, "embed", "out");
   TF_CHECK(n >= 0 && out.rows == n && out.cols == t.cols, "embed: ", t.name, " [", t.rows, " x ",
@@ -140,6 +269,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor o
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add_one, Tensor y) {
+  const ProfScope prof(*this, "rmsnorm", nullptr, x.rows);
   const CudaWeight& g = as_cuda(gw, "rmsnorm");
   check_tensor(x, "rmsnorm", "x");
   check_tensor(y, "rmsnorm", "y");
@@ -148,12 +278,13 @@ void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add
            "] into y [", y.rows, " x ", y.cols, "]");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "rmsnorm: ", x.rows, " rows");
-  rmsnorm_kernel<<<static_cast<unsigned>(x.rows), kRowThreads>>>(x.data, g.f32, eps, add_one,
-                                                                 x.cols, y.data);
+  rmsnorm_kernel<<<static_cast<unsigned>(x.rows), kNormThreads>>>(x.data, g.f32, eps, add_one,
+                                                                  x.cols, y.data);
   check_launch("rmsnorm");
 }
 
 void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) {
+  const ProfScope prof(*this, "rope", nullptr, x.rows);
   check_tensor(x, "rope", "x");
   TF_CHECK(n_heads > 0 && p.head_dim > 0 && x.cols == static_cast<int64_t>(n_heads) * p.head_dim,
            "rope: x [", x.rows, " x ", x.cols, "] is not ", n_heads, " heads of ", p.head_dim);
@@ -164,20 +295,23 @@ void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopePara
   TF_CHECK(x.rows == 0 || pos != nullptr, "rope: null positions");
   const int half = p.rot_dim / 2;
   if (half == 0 || x.rows == 0) return;
+  // Rows index the grid, a row's pairs an int, and the cos/sin table fits in shared memory.
+  TF_CHECK(x.rows <= 0x7fffffff && x.cols <= (int64_t{1} << 30) && half <= 4096, "rope: x [",
+           x.rows, " x ", x.cols, "] with rot_dim ", p.rot_dim, " exceeds the kernel's limits");
   const uint64_t pos_bytes = static_cast<uint64_t>(x.rows) * 4, off = (pos_bytes + 15) / 16 * 16;
   // Positions and frequencies go up as one blob, so q and k of every layer reuse one upload.
   std::vector<uint8_t> blob(off + static_cast<uint64_t>(half) * 4, 0);
   std::memcpy(blob.data(), pos, pos_bytes);
   std::memcpy(blob.data() + off, p.inv_freq.data(), static_cast<uint64_t>(half) * 4);
   auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-  const int64_t total = x.rows * half;
-  rope_kernel<<<grid_for(total, 128), 128>>>(x.data, x.rows, x.cols, n_heads, p.head_dim, half,
-                                             p.neox, reinterpret_cast<const int32_t*>(s),
-                                             reinterpret_cast<const float*>(s + off), p.mscale);
+  rope_kernel<<<static_cast<unsigned>(x.rows), kRopeThreads, 2 * static_cast<size_t>(half) * 4>>>(
+      x.data, x.cols, n_heads, p.head_dim, half, p.neox, reinterpret_cast<const int32_t*>(s),
+      reinterpret_cast<const float*>(s + off), p.mscale);
   check_launch("rope");
 }
 
 void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) {
+  const ProfScope prof(*this, "act_mul", nullptr, gate.rows);
   check_tensor(gate, "act_mul", "gate");
   check_tensor(up, "act_mul", "up");
   check_tensor(out, "act_mul", "out");
@@ -188,31 +322,46 @@ void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor 
   const int64_t n = gate.rows * gate.cols;
   if (n == 0) return;
   const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
-  act_mul_kernel<<<grid_for(n, 256), 256>>>(a, gate.data, up.data, out.data, n);
+  if (vec4(n, {gate.data, up.data, out.data}))
+    act_mul4_kernel<<<grid_for(n / 4, 256), 256>>>(a, reinterpret_cast<const float4*>(gate.data),
+                                                   reinterpret_cast<const float4*>(up.data),
+                                                   reinterpret_cast<float4*>(out.data), n / 4);
+  else
+    act_mul_kernel<<<grid_for(n, 256), 256>>>(a, gate.data, up.data, out.data, n);
   check_launch("act_mul");
 }
 
 void CudaBackend::add(Tensor y, const Tensor& x) {
+  const ProfScope prof(*this, "add", nullptr, y.rows);
   check_tensor(y, "add", "y");
   check_tensor(x, "add", "x");
   TF_CHECK(y.rows == x.rows && y.cols == x.cols, "add: y [", y.rows, " x ", y.cols, "] += x [",
            x.rows, " x ", x.cols, "]");
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
-  add_kernel<<<grid_for(n, 256), 256>>>(y.data, x.data, n);
+  if (vec4(n, {y.data, x.data}))
+    add4_kernel<<<grid_for(n / 4, 256), 256>>>(reinterpret_cast<float4*>(y.data),
+                                               reinterpret_cast<const float4*>(x.data), n / 4);
+  else
+    add_kernel<<<grid_for(n, 256), 256>>>(y.data, x.data, n);
   check_launch("add");
 }
 
 void CudaBackend::scale(Tensor x, float s) {
+  const ProfScope prof(*this, "scale", nullptr, x.rows);
   check_tensor(x, "scale", "x");
   const int64_t n = x.rows * x.cols;
   if (n == 0) return;
-  scale_kernel<<<grid_for(n, 256), 256>>>(x.data, s, n);
+  if (vec4(n, {x.data}))
+    scale4_kernel<<<grid_for(n / 4, 256), 256>>>(reinterpret_cast<float4*>(x.data), s, n / 4);
+  else
+    scale_kernel<<<grid_for(n, 256), 256>>>(x.data, s, n);
   check_launch("scale");
 }
 
 void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
                                float* w_out) {
+  const ProfScope prof(*this, "topk_softmax", nullptr, logits.rows);
   check_tensor(logits, "topk_softmax", "logits");
   TF_CHECK(k >= 1 && k <= logits.cols, "topk_softmax: k ", k, " for logits [", logits.rows, " x ",
            logits.cols, "]");
@@ -247,6 +396,7 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) {
+  const ProfScope prof(*this, "gather_rows", nullptr, n);
   check_gather(src, rows, n, dst);
   const int64_t total = n * src.cols;
   if (total == 0) return;
@@ -257,6 +407,7 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Ten
 
 void CudaBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows,
                                      const float* w, int n) {
+  const ProfScope prof(*this, "scatter_add_scaled", nullptr, n);
   check_scatter(dst, src, rows, w, n);
   if (n == 0 || dst.cols == 0) return;
   const uint64_t off = (static_cast<uint64_t>(n) * 4 + 15) / 16 * 16;

@@ -334,6 +334,7 @@ __global__ void __launch_bounds__(kSsmThreads) ssm_chunk_kernel(SsmArgs a) {
 
 void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight* bias, bool silu,
                                 const RowLayout& rows, const StateRefs& st, int64_t off, Tensor out) {
+  const ProfScope prof(*this, "conv1d_causal", nullptr, x.rows);
   const CudaWeight& w = as_cuda(wt, "conv1d_causal");
   check_tensor(x, "conv1d_causal", "x");
   check_tensor(out, "conv1d_causal", "out");
@@ -357,6 +358,7 @@ void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight*
 void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_log, const Weight& D,
                            const Weight& dt_bias, const SsmParams& p, const RowLayout& rows,
                            const StateRefs& st, int64_t off, Tensor y) {
+  const ProfScope prof(*this, "ssm_scan", nullptr, y.rows);
   const char* op = "ssm_scan";
   TF_CHECK(p.heads > 0 && p.head_dim > 0 && p.groups > 0 && p.heads % p.groups == 0 &&
                p.state_size > 0 && p.state_size <= 32 * kMaxStateLanes && p.chunk > 0 &&

@@ -1,0 +1,315 @@
+// MoE layers on the device: routing, per-expert row lists, grouped expert matmuls and the
+// weighted sum, with no host round trip.
+//
+// Order rule: the router's probabilities (softmax) or scores (sigmoid) are computed per row as
+// topk_softmax / topk_sigmoid_grouped compute them, and each row's choices are made by one thread
+// with the same ranking and the same sums in the same order. An expert's rows run through the
+// grouped matmul, whose per-row bits are matmul's. Row r's output starts at 0 and adds
+// weight * expert output for its chosen experts in increasing expert index.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+
+namespace {
+
+constexpr int kRouteThreads = 256;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxK = 32;
+constexpr int kRowsPerItem = 16;  // rows of one grouped-matmul work item (the skinny kernel's M)
+
+enum Slot { kProb, kIdx, kWeight, kOrder, kItems, kGate, kUp, kAct, kDown, kSlots };
+
+// Softmax of one row, as topk_softmax's kernel: max by the fixed tree, exp, sum, divide.
+__global__ void moe_softmax_kernel(const float* logits, int64_t n, float* prob) {
+  __shared__ float sh[kRouteThreads];
+  const float* l = logits + static_cast<int64_t>(blockIdx.x) * n;
+  float* p = prob + static_cast<int64_t>(blockIdx.x) * n;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += kRouteThreads) mx = fmaxf(mx, l[i]);
+  mx = block_max<kRouteThreads>(mx, sh);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kRouteThreads) {
+    const float e = expf(l[i] - mx);
+    p[i] = e;
+    s = s + e;
+  }
+  s = block_sum<kRouteThreads>(s, sh);
+  for (int64_t i = threadIdx.x; i < n; i += kRouteThreads) p[i] = p[i] / s;
+}
+
+__global__ void moe_sigmoid_kernel(const float* x, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+// a ranks before b: larger first, NaN as -inf, ties to the lower index.
+__device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
+  va = isnan(va) ? -INFINITY : va;
+  vb = isnan(vb) ? -INFINITY : vb;
+  return va > vb || (va == vb && a < b);
+}
+
+__device__ __forceinline__ bool taken(const uint32_t* mask, int i) { return (mask[i / 32] >> (i % 32)) & 1u; }
+
+// One thread per row: the k most probable experts, ranked, weights renormalized when norm.
+__global__ void route_softmax_kernel(const float* prob, int rows, int n, int k, bool norm,
+                                     int32_t* idx, float* w) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float* p = prob + static_cast<int64_t>(r) * n;
+  uint32_t mask[kMaxExperts / 32] = {};
+  int32_t* ir = idx + static_cast<int64_t>(r) * k;
+  float* wr = w + static_cast<int64_t>(r) * k;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    float bv = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      if (taken(mask, i)) continue;
+      const float v = isnan(p[i]) ? -1.0f : p[i];
+      if (best < 0 || v > bv) best = i, bv = v;
+    }
+    mask[best / 32] |= 1u << (best % 32);
+    ir[j] = best;
+  }
+  float ksum = 0.0f;
+  for (int j = 0; j < k; ++j) ksum = ksum + p[ir[j]];
+  for (int j = 0; j < k; ++j) wr[j] = norm ? p[ir[j]] / ksum : p[ir[j]];
+}
+
+// One thread per row: the grouped sigmoid top-k of topk_sigmoid_grouped.
+__global__ void route_sigmoid_kernel(const float* score, const float* bias, int rows, int n,
+                                     int n_group, int topk_group, int k, bool norm, float scale,
+                                     int32_t* idx, float* w) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float* s = score + static_cast<int64_t>(r) * n;
+  auto biased = [&](int i) { return bias ? s[i] + bias[i] : s[i]; };
+  const int gsize = n / n_group;
+  uint32_t gmask = 0;  // chosen groups (n_group <= 32)
+  for (int t = 0; t < topk_group; ++t) {
+    int bg = -1;
+    float bgv = 0.0f;
+    for (int gi = 0; gi < n_group; ++gi) {
+      if ((gmask >> gi) & 1u) continue;
+      int b1 = -1, b2 = -1;
+      for (int i = gi * gsize; i < (gi + 1) * gsize; ++i) {
+        if (b1 < 0 || ranks_before(biased(i), i, biased(b1), b1)) b2 = b1, b1 = i;
+        else if (b2 < 0 || ranks_before(biased(i), i, biased(b2), b2)) b2 = i;
+      }
+      const float gv = b2 < 0 ? biased(b1) : biased(b1) + biased(b2);
+      if (bg < 0 || ranks_before(gv, gi, bgv, bg)) bg = gi, bgv = gv;
+    }
+    gmask |= 1u << bg;
+  }
+  uint32_t mask[kMaxExperts / 32] = {};
+  int32_t* ir = idx + static_cast<int64_t>(r) * k;
+  float* wr = w + static_cast<int64_t>(r) * k;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!((gmask >> (i / gsize)) & 1u) || taken(mask, i)) continue;
+      if (best < 0 || ranks_before(biased(i), i, biased(best), best)) best = i;
+    }
+    mask[best / 32] |= 1u << (best % 32);
+    ir[j] = best;
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum = sum + s[ir[j]];
+  for (int j = 0; j < k; ++j) wr[j] = (norm ? s[ir[j]] / (sum + 1e-20f) : s[ir[j]]) * scale;
+}
+
+// One block: pairs (row * k + rank) listed by expert, rows ascending within an expert, and the
+// work items of at most kRowsPerItem pairs each.
+__global__ void moe_lists_kernel(const int32_t* idx, int pairs, int E, int32_t* order,
+                                 int32_t* items, int32_t* n_items) {
+  __shared__ int32_t cnt[kMaxExperts], off[kMaxExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int c = 0;
+    for (int p = 0; p < pairs; ++p) c += idx[p] == e;
+    cnt[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int o = 0, it = 0;
+    for (int e = 0; e < E; ++e) {
+      off[e] = o;
+      for (int s = 0; s < cnt[e]; s += kRowsPerItem) {
+        items[3 * it] = e;
+        items[3 * it + 1] = o + s;
+        items[3 * it + 2] = min(kRowsPerItem, cnt[e] - s);
+        ++it;
+      }
+      o += cnt[e];
+    }
+    *n_items = it;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int o = off[e];
+    for (int p = 0; p < pairs; ++p)
+      if (idx[p] == e) order[o++] = p;
+  }
+}
+
+// out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index.
+__global__ void moe_combine_kernel(const int32_t* idx, const float* w, const float* down, int k,
+                                   int64_t cols, float* out, int64_t total) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t r = i / cols, c = i % cols;
+  const int32_t* ir = idx + r * k;
+  float acc = 0.0f;
+  int prev = -1;
+  for (int t = 0; t < k; ++t) {
+    int jn = -1;
+    for (int j = 0; j < k; ++j)
+      if (ir[j] > prev && (jn < 0 || ir[j] < ir[jn])) jn = j;
+    prev = ir[jn];
+    acc = acc + w[r * k + jn] * down[(r * k + jn) * cols + c];
+  }
+  out[i] = acc;
+}
+
+}  // namespace
+
+void* CudaBackend::buffer(int slot, uint64_t n) {
+  if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(static_cast<size_t>(slot) + 1);
+  Buffer& b = buffers_[static_cast<size_t>(slot)];
+  if (n <= b.n) return b.p;
+  const uint64_t want = std::max<uint64_t>(n, b.n * 2);
+  void* p = nullptr;
+  TF_CUDA_CHECK(cudaMalloc(&p, want), "buffer: allocating ", want, " bytes");
+  cudaFree(b.p);
+  blocks_.counter()->fetch_sub(b.n);
+  blocks_.counter()->fetch_add(want);
+  b.p = p, b.n = want;
+  return p;
+}
+
+const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
+  // A weight freed and another made at its address has other device data: the table is remade.
+  const void* tag = as_cuda(*ex.up[0], "moe_experts").data;
+  auto it = expert_ptrs_.find(ex.up[0]);
+  if (it != expert_ptrs_.end() && it->second.tag == tag) return it->second.table;
+  if (it != expert_ptrs_.end()) {
+    cudaFree(it->second.table);
+    expert_ptrs_.erase(it);
+  }
+  const size_t E = ex.up.size();
+  std::vector<ExpertPtr> host(3 * E);
+  for (size_t e = 0; e < E; ++e) {
+    const Weight* ws[3] = {ex.gate.empty() ? nullptr : ex.gate[e], ex.up[e], ex.down[e]};
+    for (int j = 0; j < 3; ++j) {
+      if (!ws[j]) continue;
+      const CudaWeight& cw = as_cuda(*ws[j], "moe_experts");
+      host[j * E + e] = {cw.data, cw.scales};
+    }
+  }
+  void* d = nullptr;
+  TF_CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(ExpertPtr)), "moe_experts: expert table");
+  blocks_.counter()->fetch_add(host.size() * sizeof(ExpertPtr));
+  upload_bytes(d, host.data(), host.size() * sizeof(ExpertPtr));
+  expert_ptrs_[ex.up[0]] = ExpertTable{static_cast<ExpertPtr*>(d), tag};
+  return static_cast<ExpertPtr*>(d);
+}
+
+bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRoute& route,
+                              const MoeExperts& ex, Tensor out) {
+  const ProfScope prof(*this, "moe_experts", nullptr, x.rows);
+  const char* op = "moe_experts";
+  const int64_t E = static_cast<int64_t>(ex.up.size());
+  if (E == 0 || E > kMaxExperts || route.k < 1 || route.k > kMaxK || route.k > E) return false;
+  if (ex.down.size() != ex.up.size() || (!ex.gate.empty() && ex.gate.size() != ex.up.size()))
+    return false;
+  const DType dt = ex.up[0]->dtype;
+  if (dt != DType::BF16 && dt != DType::F16 && dt != DType::Q8_0) return false;
+  const int64_t H = x.cols, I = ex.up[0]->rows;
+  for (int64_t e = 0; e < E; ++e) {
+    const Weight* u = ex.up[static_cast<size_t>(e)];
+    const Weight* d = ex.down[static_cast<size_t>(e)];
+    const Weight* g = ex.gate.empty() ? u : ex.gate[static_cast<size_t>(e)];
+    if (u->dtype != dt || d->dtype != dt || g->dtype != dt || u->rows != I || u->cols != H ||
+        g->rows != I || g->cols != H || d->rows != H || d->cols != I)
+      return false;
+  }
+  if (route.sigmoid && (route.n_group < 1 || route.n_group > 32)) return false;
+  check_tensor(x, op, "x");
+  check_tensor(logits, op, "logits");
+  check_tensor(out, op, "out");
+  TF_CHECK(logits.rows == x.rows && logits.cols == E && out.rows == x.rows && out.cols == H, op,
+           ": x [", x.rows, " x ", x.cols, "], logits [", logits.rows, " x ", logits.cols,
+           "], out [", out.rows, " x ", out.cols, "] for ", E, " experts");
+  if (route.sigmoid)
+    TF_CHECK(E % route.n_group == 0 && route.topk_group >= 1 && route.topk_group <= route.n_group &&
+                 route.k <= static_cast<int64_t>(route.topk_group) * (E / route.n_group),
+             op, ": ", E, " experts in ", route.n_group, " groups, best ", route.topk_group,
+             " groups, k ", route.k);
+  const int64_t m = x.rows, k = route.k, P = m * k;
+  if (m == 0) return true;
+  TF_CHECK(P <= (1 << 24), op, ": ", P, " routed rows is more than one call takes");
+  const int64_t max_items = P / kRowsPerItem + std::min<int64_t>(E, P);
+  TF_CHECK(max_items <= 65535, op, ": ", P, " routed rows is more than one call takes");
+
+  auto* prob = static_cast<float*>(buffer(kProb, static_cast<uint64_t>(m * E) * 4));
+  auto* idx = static_cast<int32_t*>(buffer(kIdx, static_cast<uint64_t>(P) * 4));
+  auto* wts = static_cast<float*>(buffer(kWeight, static_cast<uint64_t>(P) * 4));
+  auto* order = static_cast<int32_t*>(buffer(kOrder, static_cast<uint64_t>(P) * 4));
+  auto* items = static_cast<int32_t*>(buffer(kItems, static_cast<uint64_t>(3 * max_items + 1) * 4));
+  const unsigned route_blocks = grid_for(m, 128);
+  if (route.sigmoid) {
+    const float* bias = nullptr;
+    if (route.bias) {
+      const CudaWeight& bw = as_cuda(*route.bias, op);
+      TF_CHECK(bw.rows == 1 && bw.cols == E && bw.f32, op, ": bias ", bw.name, " is not a vector of ", E);
+      bias = bw.f32;
+    }
+    moe_sigmoid_kernel<<<grid_for(m * E, 256), 256>>>(logits.data, prob, m * E);
+    route_sigmoid_kernel<<<route_blocks, 128>>>(prob, bias, static_cast<int>(m), static_cast<int>(E),
+                                                route.n_group, route.topk_group, route.k, route.norm,
+                                                route.scale, idx, wts);
+  } else {
+    moe_softmax_kernel<<<static_cast<unsigned>(m), kRouteThreads>>>(logits.data, E, prob);
+    route_softmax_kernel<<<route_blocks, 128>>>(prob, static_cast<int>(m), static_cast<int>(E),
+                                                route.k, route.norm, idx, wts);
+  }
+  moe_lists_kernel<<<1, 512>>>(idx, static_cast<int>(P), static_cast<int>(E), order, items,
+                               items + 3 * max_items);
+  check_launch(op);
+
+  const ExpertPtr* ptrs = expert_ptrs(ex);
+  auto* gbuf = static_cast<float*>(buffer(kGate, static_cast<uint64_t>(P * I) * 4));
+  auto* ubuf = static_cast<float*>(buffer(kUp, static_cast<uint64_t>(P * I) * 4));
+  auto* abuf = static_cast<float*>(buffer(kAct, static_cast<uint64_t>(P * I) * 4));
+  auto* dbuf = static_cast<float*>(buffer(kDown, static_cast<uint64_t>(P * H) * 4));
+  GroupedRows gr;
+  gr.items = items;
+  gr.n_items = items + 3 * max_items;
+  gr.order = order;
+  gr.max_items = static_cast<int>(max_items);
+  gr.pairs = P;
+  gr.x_div = static_cast<int>(k);
+  const Tensor U{ubuf, P, I}, A{abuf, P, I};
+  gr.w = ptrs + E;
+  matmul_grouped(x.data, H, gr, dt, I, ubuf);
+  if (!ex.gate.empty()) {
+    gr.w = ptrs;
+    matmul_grouped(x.data, H, gr, dt, I, gbuf);
+    act_mul(ex.act, Tensor{gbuf, P, I}, U, A);
+  } else {
+    activate(ex.act, U, A);
+  }
+  gr.w = ptrs + 2 * E;
+  gr.x_div = 1;
+  matmul_grouped(abuf, I, gr, dt, H, dbuf);
+  moe_combine_kernel<<<grid_for(m * H, 256), 256>>>(idx, wts, dbuf, static_cast<int>(k), H, out.data,
+                                                    m * H);
+  check_launch(op);
+  return true;
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,223 @@
+// moe_experts on the GPU against the same layer run op by op: on the cpu backend within the
+// tolerance, on the GPU bit for bit, and each row's bits the same whatever rows share the call.
+#include "contract_moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <random>
+
+#include "../unit/cpu_test_gates.h"
+
+namespace tf::contract {
+
+namespace {
+
+using cputest::host;
+using cputest::make_weight;
+using cputest::poisoned;
+using cputest::random_floats;
+using cputest::same_bits;
+using cputest::upload;
+
+struct MoeSpec {
+  DType dt = DType::BF16;
+  int64_t H = 64, I = 48, E = 16;
+  int k = 4;
+  bool gated = true;
+  Act act = Act::SiLU;
+  bool norm = true;
+  bool sigmoid = false;
+  int n_group = 1, topk_group = 1;
+  float scale = 1.0f;
+  bool bias = false;
+};
+
+// The layer's weights loaded into one backend.
+struct MoeWeights {
+  std::deque<cputest::HostWeight> bytes;  // the cpu backend's weights point into these
+  std::vector<std::unique_ptr<Weight>> own;
+  MoeExperts ex;
+  std::unique_ptr<Weight> bias;
+};
+
+MoeWeights load(Backend& be, const MoeSpec& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  MoeWeights w;
+  w.ex.act = s.act;
+  auto keep = [&](cputest::HostWeight hw) { return be.load_weight(w.bytes.emplace_back(std::move(hw)).view); };
+  for (int64_t e = 0; e < s.E; ++e) {
+    auto up = keep(make_weight(s.dt, s.I, s.H, rng));
+    auto down = keep(make_weight(s.dt, s.H, s.I, rng));
+    if (s.gated) {
+      auto gate = keep(make_weight(s.dt, s.I, s.H, rng));
+      w.ex.gate.push_back(gate.get());
+      w.own.push_back(std::move(gate));
+    }
+    w.ex.up.push_back(up.get());
+    w.ex.down.push_back(down.get());
+    w.own.push_back(std::move(up));
+    w.own.push_back(std::move(down));
+  }
+  if (s.bias) w.bias = keep(make_weight(DType::F32, 1, s.E, rng, true, -0.2f, 0.2f));
+  return w;
+}
+
+MoeRoute route_of(const MoeSpec& s, const MoeWeights& w) {
+  MoeRoute r;
+  r.k = s.k, r.norm = s.norm, r.sigmoid = s.sigmoid, r.bias = w.bias.get();
+  r.n_group = s.n_group, r.topk_group = s.topk_group, r.scale = s.scale;
+  return r;
+}
+
+// The layer op by op, as the model runs it without the fused path. rank_order and drop_last are
+// planted faults: contributions added in rank order, or the last choice left out.
+std::vector<float> by_ops(Backend& be, const MoeSpec& s, const MoeWeights& w, const std::vector<float>& xs,
+                          const std::vector<float>& ls, int64_t m, bool rank_order = false,
+                          bool drop_last = false) {
+  const int k = s.k;
+  std::vector<int32_t> idx(static_cast<size_t>(m * k));
+  std::vector<float> wt(idx.size());
+  Tensor x = upload(be, xs, m, s.H), lg = upload(be, ls, m, s.E);
+  const MoeRoute r = route_of(s, w);
+  if (s.sigmoid) be.topk_sigmoid_grouped(lg, r.bias, r.n_group, r.topk_group, k, r.norm, r.scale, idx.data(), wt.data());
+  else be.topk_softmax(lg, k, r.norm, idx.data(), wt.data());
+  std::vector<std::vector<int32_t>> tok(static_cast<size_t>(s.E));
+  std::vector<std::vector<float>> tw(static_cast<size_t>(s.E));
+  std::vector<std::pair<int32_t, float>> ranked;  // (row, weight) in rank order, rank_order only
+  for (int64_t row = 0; row < m; ++row)
+    for (int j = 0; j < (drop_last ? k - 1 : k); ++j) {
+      const int32_t e = idx[static_cast<size_t>(row * k + j)];
+      tok[static_cast<size_t>(e)].push_back(static_cast<int32_t>(row));
+      tw[static_cast<size_t>(e)].push_back(wt[static_cast<size_t>(row * k + j)]);
+    }
+  Tensor acc = upload(be, std::vector<float>(static_cast<size_t>(m * s.H), 0.0f), m, s.H);
+  Tensor xin = be.alloc(m, s.H), xo = be.alloc(m, s.H), g = be.alloc(m, s.I), u = be.alloc(m, s.I),
+         a = be.alloc(m, s.I);
+  auto run_expert = [&](int64_t e, const std::vector<int32_t>& t, const std::vector<float>& tws) {
+    const int n = static_cast<int>(t.size());
+    Tensor xi{xin.data, n, s.H}, o{xo.data, n, s.H}, gg{g.data, n, s.I}, uu{u.data, n, s.I}, aa{a.data, n, s.I};
+    be.gather_rows(x, t.data(), n, xi);
+    be.matmul(xi, *w.ex.up[static_cast<size_t>(e)], nullptr, uu);
+    if (s.gated) {
+      be.matmul(xi, *w.ex.gate[static_cast<size_t>(e)], nullptr, gg);
+      be.act_mul(s.act, gg, uu, aa);
+    } else {
+      be.activate(s.act, uu, aa);
+    }
+    be.matmul(aa, *w.ex.down[static_cast<size_t>(e)], nullptr, o);
+    be.scatter_add_scaled(acc, o, t.data(), tws.data(), n);
+  };
+  if (rank_order) {
+    for (int j = 0; j < k; ++j)
+      for (int64_t row = 0; row < m; ++row) {
+        const int32_t e = idx[static_cast<size_t>(row * k + j)];
+        run_expert(e, {static_cast<int32_t>(row)}, {wt[static_cast<size_t>(row * k + j)]});
+      }
+  } else {
+    for (int64_t e = 0; e < s.E; ++e)
+      if (!tok[static_cast<size_t>(e)].empty()) run_expert(e, tok[static_cast<size_t>(e)], tw[static_cast<size_t>(e)]);
+  }
+  auto out = host(be, acc);
+  for (Tensor* t : {&x, &lg, &acc, &xin, &xo, &g, &u, &a}) be.free(*t);
+  return out;
+}
+
+using MoeFn = std::function<std::vector<float>(Backend&, const MoeSpec&, const MoeWeights&,
+                                               const std::vector<float>&, const std::vector<float>&, int64_t)>;
+
+std::vector<float> fused(Backend& be, const MoeSpec& s, const MoeWeights& w, const std::vector<float>& xs,
+                         const std::vector<float>& ls, int64_t m) {
+  Tensor x = upload(be, xs, m, s.H), lg = upload(be, ls, m, s.E), out = poisoned(be, m, s.H);
+  TF_CHECK(be.moe_experts(x, lg, route_of(s, w), w.ex, out), "moe_experts: the backend took the op-by-op path");
+  auto v = host(be, out);
+  for (Tensor* t : {&x, &lg, &out}) be.free(*t);
+  return v;
+}
+
+std::string tag_of(const MoeSpec& s) {
+  return std::string("moe ") + (s.dt == DType::BF16 ? "BF16" : s.dt == DType::F16 ? "F16" : "Q8_0") +
+         " H=" + std::to_string(s.H) + " I=" + std::to_string(s.I) + " E=" + std::to_string(s.E) +
+         " k=" + std::to_string(s.k) + (s.sigmoid ? " sigmoid" : " softmax");
+}
+
+std::string moe_gate(const MoeFn& f, Backend& gpu, Backend& cpu, const MoeSpec& s, int64_t M, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto xs = random_floats(rng, static_cast<size_t>(M * s.H));
+  // Spread logits so the top k are clear of rounding, as a trained router's mostly are.
+  const auto ls = random_floats(rng, static_cast<size_t>(M * s.E), -4.f, 4.f);
+  const std::string tag = tag_of(s);
+  MoeWeights wc = load(cpu, s, seed + 1), wg = load(gpu, s, seed + 1);
+  const auto ref = by_ops(cpu, s, wc, xs, ls, M);
+  const auto ops = by_ops(gpu, s, wg, xs, ls, M);
+  const auto got = f(gpu, s, wg, xs, ls, M);
+  double mag = 0;
+  for (float v : ref) mag = std::max(mag, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= 1e-4 * std::max(mag, 1e-30)))
+      return tag + ": element " + std::to_string(i) + " got " + std::to_string(got[i]) + " want " +
+             std::to_string(ref[i]) + " (cpu, op by op)";
+  if (!same_bits(got.data(), ops.data(), M * s.H))
+    return tag + ": not bit-identical to the same layer run op by op on the GPU";
+  // A row's bits must not depend on which rows share the call.
+  for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}, M / 2}) {
+    const int64_t off = (m * 7) % (M - m + 1);
+    const std::vector<float> xp(xs.begin() + off * s.H, xs.begin() + (off + m) * s.H);
+    const std::vector<float> lp(ls.begin() + off * s.E, ls.begin() + (off + m) * s.E);
+    const auto part = f(gpu, s, wg, xp, lp, m);
+    if (!same_bits(part.data(), got.data() + off * s.H, m * s.H))
+      return tag + ": rows differ when computed in a batch of " + std::to_string(m);
+  }
+  return "";
+}
+
+MoeSpec spec(DType dt, int64_t H, int64_t I, int64_t E, int k, bool gated, Act act) {
+  MoeSpec s;
+  s.dt = dt, s.H = H, s.I = I, s.E = E, s.k = k, s.gated = gated, s.act = act;
+  return s;
+}
+
+MoeSpec sigmoid_spec() {
+  MoeSpec s = spec(DType::BF16, 96, 40, 32, 6, false, Act::Relu2);
+  s.sigmoid = true, s.n_group = 4, s.topk_group = 2, s.scale = 2.5f, s.bias = true;
+  return s;
+}
+
+}  // namespace
+
+std::vector<MoeCase> moe_kernel_cases() {
+  std::vector<MoeCase> v;
+  auto add = [&](MoeSpec s, int64_t M, uint32_t seed) {
+    v.push_back({tag_of(s) + " M=" + std::to_string(M),
+                 [=](Backend& g, Backend& c) { return moe_gate(fused, g, c, s, M, seed); }});
+  };
+  add(spec(DType::BF16, 64, 48, 16, 4, true, Act::SiLU), 40, 91);
+  // Many rows on few experts: work items of 16 rows, several per expert, split-K slices.
+  add(spec(DType::BF16, 1024, 520, 8, 2, true, Act::SiLU), 70, 92);
+  add(spec(DType::F16, 72, 1003, 12, 3, true, Act::GeluTanh), 33, 93);
+  add(spec(DType::Q8_0, 256, 96, 20, 5, true, Act::SiLU), 50, 94);
+  add(sigmoid_spec(), 45, 95);
+  MoeSpec nonorm = spec(DType::BF16, 64, 64, 130, 8, true, Act::SiLU);
+  nonorm.norm = false;
+  add(nonorm, 20, 96);
+  return v;
+}
+
+std::vector<MoeCase> moe_control_cases() {
+  std::vector<MoeCase> v;
+  const MoeSpec s = spec(DType::BF16, 64, 48, 16, 4, true, Act::SiLU);
+  v.push_back({"moe adding experts in rank order", [=](Backend& g, Backend& c) {
+                 return moe_gate([](Backend& be, const MoeSpec& sp, const MoeWeights& w, const std::vector<float>& x,
+                                    const std::vector<float>& l, int64_t m) { return by_ops(be, sp, w, x, l, m, true); },
+                                 g, c, s, 40, 91);
+               }});
+  v.push_back({"moe leaving out the last choice", [=](Backend& g, Backend& c) {
+                 return moe_gate([](Backend& be, const MoeSpec& sp, const MoeWeights& w, const std::vector<float>& x,
+                                    const std::vector<float>& l, int64_t m) { return by_ops(be, sp, w, x, l, m, false, true); },
+                                 g, c, s, 40, 91);
+               }});
+  return v;
+}
+
+}  // namespace tf::contract
