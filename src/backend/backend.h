@@ -4,6 +4,7 @@
 // Exactness contract: every op computes each output row from that row's own inputs with
 // one fixed reduction order, so a row's result never depends on how many rows share the
 // call or where a prompt's chunks ended.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -165,6 +166,15 @@ class Backend {
   virtual void embed(const Weight& table, const int32_t* ids, int n, Tensor out) = 0;
   // y = x * w^T (+ bias): x [m x K], w [N x K], y [m x N]
   virtual void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) = 0;
+  // Several matmuls of one x (a layer's q, k, v or gate and up): the same bits as one matmul each.
+  struct MatmulOut {
+    const Weight* w = nullptr;
+    const Weight* bias = nullptr;
+    Tensor y;
+  };
+  virtual void matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) {
+    for (const MatmulOut& o : outs) matmul(x, *o.w, o.bias, o.y);
+  }
   // y = x / rms(x) * (g + add_one): per row of x
   virtual void rmsnorm(const Tensor& x, const Weight& g, float eps, bool add_one, Tensor y) = 0;
   // In place on x [m x n_heads*head_dim], row r at position pos[r].
@@ -205,6 +215,17 @@ class Backend {
   virtual void activate(Act act, const Tensor& x, Tensor out) = 0;
   // y *= sigmoid(gate), elementwise
   virtual void mul_sigmoid(Tensor y, Cols gate) = 0;
+  // Each row of y times sigmoid(g[r]) = 1 / (1 + exp(-g[r])), g [m x 1] (a shared expert's gate).
+  virtual void mul_sigmoid_rows(Tensor y, const Tensor& g) {
+    std::vector<float> gh(static_cast<size_t>(g.rows)), yh(static_cast<size_t>(y.rows * y.cols));
+    to_host(g, gh.data());
+    to_host(y, yh.data());
+    for (int64_t r = 0; r < y.rows; ++r) {
+      const float sg = 1.0f / (1.0f + std::exp(-gh[static_cast<size_t>(r)]));
+      for (int64_t c = 0; c < y.cols; ++c) yh[static_cast<size_t>(r * y.cols + c)] *= sg;
+    }
+    from_host(yh.data(), y);
+  }
   // Per group of `group` columns of each row: norm_first ? rmsnorm(x) * g * silu(z)
   // : rmsnorm(x * silu(z)) * g (Gated DeltaNet's and Mamba2's gated norms). g has x.cols entries.
   virtual void gated_rmsnorm(const Tensor& x, Cols z, const Weight& g, int group, float eps,

@@ -143,9 +143,7 @@ void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& ro
   const int64_t m = in.rows;
   const auto& P = a.params;
   Tensor q = s.q.slice_rows(0, m), k = s.k.slice_rows(0, m), v = s.v.slice_rows(0, m);
-  b.matmul(in, *a.q, a.q_bias.get(), q);
-  b.matmul(in, *a.k, a.k_bias.get(), k);
-  b.matmul(in, *a.v, a.v_bias.get(), v);
+  b.matmul_many(in, {{a.q.get(), a.q_bias.get(), q}, {a.k.get(), a.k_bias.get(), k}, {a.v.get(), a.v_bias.get(), v}});
   if (a.q_norm) b.rmsnorm(q.reshape(P.head_dim), *a.q_norm, a.norm_eps, false, q.reshape(P.head_dim));
   if (a.k_norm) b.rmsnorm(k.reshape(P.head_dim), *a.k_norm, a.norm_eps, false, k.reshape(P.head_dim));
   if (rope.rot_dim > 0) {
@@ -162,8 +160,7 @@ void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor ga
   const int64_t rows = in.rows;
   Tensor g{gate.data, rows, m.inter}, u{up.data, rows, m.inter}, a{act.data, rows, m.inter};
   if (m.gate) {
-    b.matmul(in, *m.gate, nullptr, g);
-    b.matmul(in, *m.up, nullptr, u);
+    b.matmul_many(in, {{m.gate.get(), nullptr, g}, {m.up.get(), nullptr, u}});
     b.act_mul(m.act, g, u, a);
   } else {
     b.matmul(in, *m.up, nullptr, u);
@@ -238,14 +235,7 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
     if (m.shared_gate) {
       Tensor g{s.shared_gate.data, rows, 1};
       b.matmul(in, *m.shared_gate, nullptr, g);
-      std::vector<float> gh(static_cast<size_t>(rows)), oh(static_cast<size_t>(rows * in.cols));
-      b.to_host(g, gh.data());
-      b.to_host(out, oh.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        float sg = 1.0f / (1.0f + std::exp(-gh[static_cast<size_t>(r)]));
-        for (int64_t c = 0; c < in.cols; ++c) oh[static_cast<size_t>(r * in.cols + c)] *= sg;
-      }
-      b.from_host(oh.data(), out);
+      b.mul_sigmoid_rows(out, g);
     }
     b.add(out, acc);
   } else {

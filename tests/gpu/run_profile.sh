@@ -2,6 +2,7 @@
 # Per-op device time of the bench phases (tensorfold bench --profile) on random-weight models of
 # real shapes, one log per shape in $OUT.
 #   tests/gpu/run_profile.sh SHAPE[:LAYERS[:sparse]] ...     binary: $BIN (default build-gpu/tensorfold)
+# LONG=1 adds a 32k-token prefill (no profile).
 set -u
 OUT=${OUT:-gpu-out}; BIN=${BIN:-build-gpu/tensorfold}; mkdir -p "$OUT"
 for spec in "$@"; do
@@ -15,6 +16,10 @@ for spec in "$@"; do
     # shellcheck disable=SC2086
     timeout 150 "$BIN" bench --model "$dir" --device cuda $args --profile --json >> "$log" 2>&1
   done
+  if [ -n "${LONG:-}" ]; then
+    echo "== bench --pp 32768 --tg 2 --batch 1" >> "$log"
+    timeout 200 "$BIN" bench --model "$dir" --device cuda --pp 32768 --tg 2 --batch 1 --json >> "$log" 2>&1
+  fi
   rm -rf "$dir"
   grep -E '^\{|ms wall|GPU op time' "$log"
 done

@@ -63,6 +63,12 @@ struct GroupedRows {
   int max_items = 0;
   int64_t pairs = 0;  // rows of y
   int x_div = 1;
+  // A second weight table run in the same launch (items max_items.. of the grid), into y2.
+  const ExpertPtr* w2 = nullptr;
+  float* y2 = nullptr;
+  // act >= 0: x is act(x) * x2 (x2 set) or act(x), as act_mul / activate compute it.
+  int act = -1;
+  const float* x2 = nullptr;
 };
 
 class CudaBackend : public Backend {
@@ -86,6 +92,7 @@ class CudaBackend : public Backend {
 
   void embed(const Weight& table, const int32_t* ids, int n, Tensor out) override;
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) override;
+  void matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) override;
   void rmsnorm(const Tensor& x, const Weight& g, float eps, bool add_one, Tensor y) override;
   void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) override;
   void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) override;
@@ -101,6 +108,7 @@ class CudaBackend : public Backend {
                             int k, bool norm, float scale, int32_t* idx_out, float* w_out) override;
   void activate(Act act, const Tensor& x, Tensor out) override;
   void mul_sigmoid(Tensor y, Cols gate) override;
+  void mul_sigmoid_rows(Tensor y, const Tensor& g) override;
   void gated_rmsnorm(const Tensor& x, Cols z, const Weight& g, int group, float eps,
                      bool norm_first, Tensor y) override;
   void conv1d_causal(const Tensor& x, const Weight& w, const Weight* bias, bool silu,

@@ -14,22 +14,9 @@ namespace {
 
 constexpr int kNormThreads = 128;
 
-// The formulas of act_mul (cuda_ops.cu), without the up factor.
-__device__ __forceinline__ float act_of(int act, float g) {
-  if (act == 0) return g / (1.0f + expf(-g));
-  if (act == 1) {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
-  }
-  const float r = g > 0.0f ? g : 0.0f;
-  return r * r;
-}
-
-__device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf(-g)); }
-
 __global__ void activate_kernel(int act, const float* x, float* out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = act_of(act, x[i]);
+  if (i < n) out[i] = act_value(act, x[i]);
 }
 
 __global__ void sigmoid_kernel(const float* x, float* out, int64_t n) {
@@ -44,6 +31,11 @@ __global__ void mul_sigmoid_kernel(float* y, int64_t cols, const float* g, int64
   y[i] = y[i] * sigmoid_f(g[r * ldg + c]);
 }
 
+__global__ void mul_sigmoid_rows_kernel(float* y, int64_t cols, const float* g, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] * sigmoid_f(g[i / cols]);
+}
+
 // Block per (row, group): thread t sums squares of columns t (mod 128) in order, then the fixed
 // halving tree. norm_first: x / rms(x) * g * silu(z); else u = x silu(z), u / rms(u) * g.
 __global__ void gated_rmsnorm_kernel(const float* x, int64_t cols, const float* z, int64_t ldz,
@@ -55,13 +47,13 @@ __global__ void gated_rmsnorm_kernel(const float* x, int64_t cols, const float* 
   float* yr = y + r * cols + c0;
   float s = 0.0f;
   for (int i = threadIdx.x; i < group; i += kNormThreads) {
-    const float u = norm_first ? xr[i] : xr[i] * act_of(0, zr[i]);
+    const float u = norm_first ? xr[i] : xr[i] * act_value(0, zr[i]);
     s = __fadd_rn(s, __fmul_rn(u, u));
   }
   s = block_sum<kNormThreads>(s, sh);
   const float inv = 1.0f / sqrtf(s / static_cast<float>(group) + eps);
   for (int i = threadIdx.x; i < group; i += kNormThreads) {
-    const float sz = act_of(0, zr[i]);
+    const float sz = act_value(0, zr[i]);
     yr[i] = norm_first ? ((xr[i] * inv) * g[c0 + i]) * sz : ((xr[i] * sz) * inv) * g[c0 + i];
   }
 }
@@ -96,6 +88,18 @@ void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
   if (n == 0) return;
   mul_sigmoid_kernel<<<grid_for(n, 256), 256>>>(y.data, y.cols, gate.at(0), gate.t.cols, n);
   check_launch("mul_sigmoid");
+}
+
+void CudaBackend::mul_sigmoid_rows(Tensor y, const Tensor& g) {
+  const ProfScope prof(*this, "mul_sigmoid_rows", nullptr, y.rows);
+  check_tensor(y, "mul_sigmoid_rows", "y");
+  check_tensor(g, "mul_sigmoid_rows", "g");
+  TF_CHECK(g.rows == y.rows && g.cols == 1, "mul_sigmoid_rows: g [", g.rows, " x ", g.cols,
+           "] for y [", y.rows, " x ", y.cols, "]");
+  const int64_t n = y.rows * y.cols;
+  if (n == 0) return;
+  mul_sigmoid_rows_kernel<<<grid_for(n, 256), 256>>>(y.data, y.cols, g.data, n);
+  check_launch("mul_sigmoid_rows");
 }
 
 void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int group, float eps,

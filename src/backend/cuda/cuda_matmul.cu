@@ -78,6 +78,22 @@ SplitArgs split_for(int64_t K, int64_t N) {
   return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr};
 }
 
+// Up to kMaxMulti matmuls of one x in one launch: column tiles of output i follow those of i - 1.
+constexpr int kMaxMulti = 4;
+struct MultiOut {
+  const void* w;
+  const float* scales;
+  const float* bias;
+  float* y;
+  int64_t N;
+  int tiles;
+  SplitArgs sp;
+};
+struct MultiArgs {
+  MultiOut o[kMaxMulti];
+  int n = 0;
+};
+
 __device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
   return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
 }
@@ -399,12 +415,13 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 // kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices).
 // kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
 // gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
-template <int WT, bool kHigh, bool kGroup>
+// kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
+template <int WT, bool kHigh, bool kGroup, bool kMulti = false>
 __global__ void __launch_bounds__(kSkinnyWarps * 32)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
                   float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp,
-                  GroupedRows gr) {
+                  GroupedRows gr, MultiArgs ma) {
   constexpr int U = kSkinnyUnroll, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
   constexpr bool kLo = WT != kQ8;
   // Operand words of one step: [row][group][hi 0..3, lo 0..3].
@@ -412,19 +429,34 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int32_t* rowmap = nullptr;
   int64_t P = M;  // rows of y and of each slice's partials
-  unsigned tile = blockIdx.x;
+  unsigned tile = blockIdx.x, bx = blockIdx.x;
+  if (kMulti) {
+    int i = 0;
+    while (i + 1 < ma.n && bx >= static_cast<unsigned>(ma.o[i].tiles)) bx -= ma.o[i].tiles, ++i;
+    const MultiOut& o = ma.o[i];
+    if (static_cast<int>(blockIdx.y) >= o.sp.s) return;
+    w = o.w, wscale = o.scales, bias = o.bias, y = o.y, N = o.N, sp = o.sp;
+    tile = bx;
+  }
   if (kGroup) {
-    const int item = static_cast<int>(blockIdx.z);
+    int item = static_cast<int>(blockIdx.z);
+    const bool second = gr.w2 && item >= gr.max_items;
+    if (second) item -= gr.max_items;
     if (item >= *gr.n_items) return;
     const int32_t e = gr.items[3 * item];
     rowmap = gr.order + gr.items[3 * item + 1];
     M = gr.items[3 * item + 2];
     P = gr.pairs;
-    w = gr.w[e].data;
-    wscale = gr.w[e].scales;
+    const ExpertPtr* table = second ? gr.w2 : gr.w;
+    w = table[e].data;
+    wscale = table[e].scales;
+    if (second) {
+      y = gr.y2;
+      sp.part += static_cast<int64_t>(sp.s) * P * N;  // the second weight's own partials
+    }
     tile += blockIdx.z * gridDim.x;
   }
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kSkinnyBN, nw = n0 + warp * 8;
+  const int64_t n0 = static_cast<int64_t>(bx) * kSkinnyBN, nw = n0 + warp * 8;
   const int64_t kbeg = static_cast<int64_t>(blockIdx.y) * sp.ks;
   const int64_t kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
   const int64_t wr = nw + g;  // the weight row this lane loads
@@ -474,6 +506,12 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
         const int64_t xr = kGroup ? rowmap[r] / gr.x_div : r;
         float v[8];
         load_x8(v, x + xr * K, true, K, kc + 8 * q, vec_x);
+        if (kGroup && gr.act >= 0) {
+          float u8[8];
+          if (gr.x2) load_x8(u8, gr.x2 + xr * K, true, K, kc + 8 * q, vec_x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
+        }
         split8<kLo>(v, hi, lo);
       }
       *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
@@ -623,7 +661,42 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
   }
   auto kern = x.rows > 8 ? skinny_matmul<WT, true, false> : skinny_matmul<WT, false, false>;
   kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
-                                    y.cols, vec_x, vec_w, sp, GroupedRows{});
+                                    y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+}
+
+template <int WT>
+void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const CudaWeight*>& ws,
+                  const std::vector<const float*>& biases, const std::vector<Tensor>& ys) {
+  MultiArgs ma;
+  ma.n = static_cast<int>(ws.size());
+  uint64_t part_n = 0, count_n = 0;
+  int tiles = 0, slices = 1;
+  bool vec_w = true;
+  for (int i = 0; i < ma.n; ++i) {
+    MultiOut& o = ma.o[i];
+    o.w = ws[i]->data, o.scales = ws[i]->scales, o.bias = biases[i], o.y = ys[i].data;
+    o.N = ys[i].cols;
+    o.tiles = static_cast<int>((o.N + kSkinnyBN - 1) / kSkinnyBN);
+    o.sp = split_for(x.cols, o.N);
+    tiles += o.tiles;
+    slices = std::max(slices, o.sp.s);
+    if (o.sp.s > 1) part_n += static_cast<uint64_t>(o.sp.s) * x.rows * o.N, count_n += o.tiles;
+    vec_w = vec_w && (WT == kQ8 || ws[i]->cols % 8 == 0);
+  }
+  float* part = part_n ? be.matmul_partials(part_n) : nullptr;
+  unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
+  for (int i = 0; i < ma.n; ++i) {
+    MultiOut& o = ma.o[i];
+    if (o.sp.s == 1) continue;
+    o.sp.part = part, o.sp.counters = counters;
+    part += static_cast<uint64_t>(o.sp.s) * x.rows * o.N;
+    counters += o.tiles;
+  }
+  const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
+  auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true> : skinny_matmul<WT, false, false, true>;
+  kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, nullptr, nullptr, nullptr, nullptr, 0,
+                                    vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
 }
 
 template <int WT>
@@ -631,15 +704,16 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
                     int64_t N, bool vec_w) {
   const SplitArgs base = split_for(K, N);
   SplitArgs sp = base;
+  const int tables = gr.w2 ? 2 : 1;
   const dim3 grid(static_cast<unsigned>((N + kSkinnyBN - 1) / kSkinnyBN), static_cast<unsigned>(sp.s),
-                  static_cast<unsigned>(gr.max_items));
+                  static_cast<unsigned>(tables * gr.max_items));
   if (sp.s > 1) {
-    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * gr.pairs * N);
+    sp.part = be.matmul_partials(static_cast<uint64_t>(tables * sp.s) * gr.pairs * N);
     sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
   }
   const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   skinny_matmul<WT, true, true><<<grid, kSkinnyWarps * 32>>>(x, gr.pairs, K, nullptr, nullptr, nullptr,
-                                                             y, N, vec_x, vec_w, sp, gr);
+                                                             y, N, vec_x, vec_w, sp, gr, MultiArgs{});
 }
 
 template <int WT>
@@ -656,7 +730,7 @@ void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const
 
 void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt,
                                  int64_t N, float* y) {
-  TF_CHECK(gr.max_items >= 1 && gr.max_items <= 65535 && gr.x_div >= 1 && gr.pairs >= 1,
+  TF_CHECK(gr.max_items >= 1 && gr.max_items * (gr.w2 ? 2 : 1) <= 65535 && gr.x_div >= 1 && gr.pairs >= 1,
            "matmul_grouped: ", gr.max_items, " work items over ", gr.pairs, " rows");
   const bool vec_w = dt == DType::Q8_0 || K % 8 == 0;
   switch (dt) {
@@ -666,6 +740,42 @@ void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& g
     default: fail("matmul_grouped: weights of this dtype take the op-by-op path");
   }
   check_launch("matmul_grouped");
+}
+
+void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) {
+  // Few rows and like weights run in one launch; anything else as one matmul each.
+  bool one = x.rows >= 1 && x.rows <= 16 && !outs.empty() &&
+             outs.size() <= static_cast<size_t>(kMaxMulti);
+  std::vector<const CudaWeight*> ws;
+  std::vector<const float*> biases;
+  std::vector<Tensor> ys;
+  for (const MatmulOut& o : outs) {
+    if (!one) break;
+    const CudaWeight& w = as_cuda(*o.w, "matmul");
+    one = w.dtype == outs[0].w->dtype && (w.dtype == DType::BF16 || w.dtype == DType::F16 ||
+                                          w.dtype == DType::Q8_0) &&
+          w.cols == x.cols && o.y.rows == x.rows && o.y.cols == w.rows && w.rows > 0;
+    const float* b = nullptr;
+    if (o.bias) {
+      const CudaWeight& bw = as_cuda(*o.bias, "matmul");
+      one = one && bw.rows == 1 && bw.cols == w.rows;
+      b = bw.f32;
+    }
+    ws.push_back(&w), biases.push_back(b), ys.push_back(o.y);
+  }
+  if (!one) {
+    for (const MatmulOut& o : outs) matmul(x, *o.w, o.bias, o.y);
+    return;
+  }
+  const ProfScope prof(*this, "matmul_many", &outs[0].w->name, x.rows);
+  check_tensor(x, "matmul", "x");
+  for (const Tensor& y : ys) check_tensor(y, "matmul", "y");
+  switch (ws[0]->dtype) {
+    case DType::BF16: launch_multi<kBF16>(*this, x, ws, biases, ys); break;
+    case DType::F16: launch_multi<kF16>(*this, x, ws, biases, ys); break;
+    default: launch_multi<kQ8>(*this, x, ws, biases, ys); break;
+  }
+  check_launch("matmul");
 }
 
 void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, Tensor y) {

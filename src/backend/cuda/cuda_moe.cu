@@ -22,29 +22,17 @@ constexpr int kMaxExperts = 1024;
 constexpr int kMaxK = 32;
 constexpr int kRowsPerItem = 16;  // rows of one grouped-matmul work item (the skinny kernel's M)
 
-enum Slot { kProb, kIdx, kWeight, kOrder, kItems, kGate, kUp, kAct, kDown, kSlots };
+enum Slot { kProb, kIdx, kWeight, kOrder, kItems, kGate, kUp, kDown };
 
-// Softmax of one row, as topk_softmax's kernel: max by the fixed tree, exp, sum, divide.
 __global__ void moe_softmax_kernel(const float* logits, int64_t n, float* prob) {
   __shared__ float sh[kRouteThreads];
-  const float* l = logits + static_cast<int64_t>(blockIdx.x) * n;
-  float* p = prob + static_cast<int64_t>(blockIdx.x) * n;
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += kRouteThreads) mx = fmaxf(mx, l[i]);
-  mx = block_max<kRouteThreads>(mx, sh);
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kRouteThreads) {
-    const float e = expf(l[i] - mx);
-    p[i] = e;
-    s = s + e;
-  }
-  s = block_sum<kRouteThreads>(s, sh);
-  for (int64_t i = threadIdx.x; i < n; i += kRouteThreads) p[i] = p[i] / s;
+  softmax_row<kRouteThreads>(logits + static_cast<int64_t>(blockIdx.x) * n, n,
+                             prob + static_cast<int64_t>(blockIdx.x) * n, sh);
 }
 
 __global__ void moe_sigmoid_kernel(const float* x, float* out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = 1.0f / (1.0f + expf(-x[i]));
+  if (i < n) out[i] = sigmoid_f(x[i]);
 }
 
 // a ranks before b: larger first, NaN as -inf, ties to the lower index.
@@ -56,11 +44,9 @@ __device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
 
 __device__ __forceinline__ bool taken(const uint32_t* mask, int i) { return (mask[i / 32] >> (i % 32)) & 1u; }
 
-// One thread per row: the k most probable experts, ranked, weights renormalized when norm.
-__global__ void route_softmax_kernel(const float* prob, int rows, int n, int k, bool norm,
-                                     int32_t* idx, float* w) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+// Row r's k most probable experts, ranked, weights renormalized when norm.
+__device__ void route_softmax_row(int r, const float* prob, int n, int k, bool norm, int32_t* idx,
+                                  float* w) {
   const float* p = prob + static_cast<int64_t>(r) * n;
   uint32_t mask[kMaxExperts / 32] = {};
   int32_t* ir = idx + static_cast<int64_t>(r) * k;
@@ -81,12 +67,10 @@ __global__ void route_softmax_kernel(const float* prob, int rows, int n, int k, 
   for (int j = 0; j < k; ++j) wr[j] = norm ? p[ir[j]] / ksum : p[ir[j]];
 }
 
-// One thread per row: the grouped sigmoid top-k of topk_sigmoid_grouped.
-__global__ void route_sigmoid_kernel(const float* score, const float* bias, int rows, int n,
-                                     int n_group, int topk_group, int k, bool norm, float scale,
-                                     int32_t* idx, float* w) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped.
+__device__ void route_sigmoid_row(int r, const float* score, const float* bias, int n, int n_group,
+                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
+                                  float* w) {
   const float* s = score + static_cast<int64_t>(r) * n;
   auto biased = [&](int i) { return bias ? s[i] + bias[i] : s[i]; };
   const int gsize = n / n_group;
@@ -123,10 +107,10 @@ __global__ void route_sigmoid_kernel(const float* score, const float* bias, int 
   for (int j = 0; j < k; ++j) wr[j] = (norm ? s[ir[j]] / (sum + 1e-20f) : s[ir[j]]) * scale;
 }
 
-// One block: pairs (row * k + rank) listed by expert, rows ascending within an expert, and the
-// work items of at most kRowsPerItem pairs each.
-__global__ void moe_lists_kernel(const int32_t* idx, int pairs, int E, int32_t* order,
-                                 int32_t* items, int32_t* n_items) {
+// Pairs (row * k + rank) listed by expert, rows ascending within an expert, and the work items of
+// at most kRowsPerItem pairs each; run by one whole block.
+__device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, int32_t* items,
+                          int32_t* n_items) {
   __shared__ int32_t cnt[kMaxExperts], off[kMaxExperts];
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int c = 0;
@@ -154,6 +138,19 @@ __global__ void moe_lists_kernel(const int32_t* idx, int pairs, int E, int32_t* 
     for (int p = 0; p < pairs; ++p)
       if (idx[p] == e) order[o++] = p;
   }
+}
+
+// One block routes every row (a thread per row), then lists the pairs by expert.
+template <bool kSigmoid>
+__global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
+                                 int topk_group, int k, bool norm, float scale, int32_t* idx,
+                                 float* w, int32_t* order, int32_t* items, int32_t* n_items) {
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    if (kSigmoid) route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
+    else route_softmax_row(r, prob, n, k, norm, idx, w);
+  }
+  __syncthreads();  // the block's global writes of idx are seen by all its threads after this
+  moe_lists(idx, rows * k, n, order, items, n_items);
 }
 
 // out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index.
@@ -220,7 +217,6 @@ const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
 
 bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRoute& route,
                               const MoeExperts& ex, Tensor out) {
-  const ProfScope prof(*this, "moe_experts", nullptr, x.rows);
   const char* op = "moe_experts";
   const int64_t E = static_cast<int64_t>(ex.up.size());
   if (E == 0 || E > kMaxExperts || route.k < 1 || route.k > kMaxK || route.k > E) return false;
@@ -251,40 +247,39 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
              " groups, k ", route.k);
   const int64_t m = x.rows, k = route.k, P = m * k;
   if (m == 0) return true;
-  TF_CHECK(P <= (1 << 24), op, ": ", P, " routed rows is more than one call takes");
   const int64_t max_items = P / kRowsPerItem + std::min<int64_t>(E, P);
-  TF_CHECK(max_items <= 65535, op, ": ", P, " routed rows is more than one call takes");
+  if (2 * max_items > 65535) return false;  // more work items than one launch takes
 
   auto* prob = static_cast<float*>(buffer(kProb, static_cast<uint64_t>(m * E) * 4));
   auto* idx = static_cast<int32_t*>(buffer(kIdx, static_cast<uint64_t>(P) * 4));
   auto* wts = static_cast<float*>(buffer(kWeight, static_cast<uint64_t>(P) * 4));
   auto* order = static_cast<int32_t*>(buffer(kOrder, static_cast<uint64_t>(P) * 4));
   auto* items = static_cast<int32_t*>(buffer(kItems, static_cast<uint64_t>(3 * max_items + 1) * 4));
-  const unsigned route_blocks = grid_for(m, 128);
-  if (route.sigmoid) {
-    const float* bias = nullptr;
-    if (route.bias) {
-      const CudaWeight& bw = as_cuda(*route.bias, op);
-      TF_CHECK(bw.rows == 1 && bw.cols == E && bw.f32, op, ": bias ", bw.name, " is not a vector of ", E);
-      bias = bw.f32;
+  const int32_t nm = static_cast<int>(m), nE = static_cast<int>(E);
+  {
+    const ProfScope ps(*this, "moe route", nullptr, m);
+    if (route.sigmoid) {
+      const float* bias = nullptr;
+      if (route.bias) {
+        const CudaWeight& bw = as_cuda(*route.bias, op);
+        TF_CHECK(bw.rows == 1 && bw.cols == E && bw.f32, op, ": bias ", bw.name, " is not a vector of ", E);
+        bias = bw.f32;
+      }
+      moe_sigmoid_kernel<<<grid_for(m * E, 256), 256>>>(logits.data, prob, m * E);
+      moe_route_kernel<true><<<1, kRouteThreads>>>(prob, bias, nm, nE, route.n_group, route.topk_group,
+                                                  route.k, route.norm, route.scale, idx, wts, order,
+                                                  items, items + 3 * max_items);
+    } else {
+      moe_softmax_kernel<<<static_cast<unsigned>(m), kRouteThreads>>>(logits.data, E, prob);
+      moe_route_kernel<false><<<1, kRouteThreads>>>(prob, nullptr, nm, nE, 1, 1, route.k, route.norm,
+                                                   1.0f, idx, wts, order, items, items + 3 * max_items);
     }
-    moe_sigmoid_kernel<<<grid_for(m * E, 256), 256>>>(logits.data, prob, m * E);
-    route_sigmoid_kernel<<<route_blocks, 128>>>(prob, bias, static_cast<int>(m), static_cast<int>(E),
-                                                route.n_group, route.topk_group, route.k, route.norm,
-                                                route.scale, idx, wts);
-  } else {
-    moe_softmax_kernel<<<static_cast<unsigned>(m), kRouteThreads>>>(logits.data, E, prob);
-    route_softmax_kernel<<<route_blocks, 128>>>(prob, static_cast<int>(m), static_cast<int>(E),
-                                                route.k, route.norm, idx, wts);
+    check_launch(op);
   }
-  moe_lists_kernel<<<1, 512>>>(idx, static_cast<int>(P), static_cast<int>(E), order, items,
-                               items + 3 * max_items);
-  check_launch(op);
-
   const ExpertPtr* ptrs = expert_ptrs(ex);
+  const bool gated = !ex.gate.empty();
   auto* gbuf = static_cast<float*>(buffer(kGate, static_cast<uint64_t>(P * I) * 4));
   auto* ubuf = static_cast<float*>(buffer(kUp, static_cast<uint64_t>(P * I) * 4));
-  auto* abuf = static_cast<float*>(buffer(kAct, static_cast<uint64_t>(P * I) * 4));
   auto* dbuf = static_cast<float*>(buffer(kDown, static_cast<uint64_t>(P * H) * 4));
   GroupedRows gr;
   gr.items = items;
@@ -293,19 +288,22 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   gr.max_items = static_cast<int>(max_items);
   gr.pairs = P;
   gr.x_div = static_cast<int>(k);
-  const Tensor U{ubuf, P, I}, A{abuf, P, I};
-  gr.w = ptrs + E;
-  matmul_grouped(x.data, H, gr, dt, I, ubuf);
-  if (!ex.gate.empty()) {
-    gr.w = ptrs;
-    matmul_grouped(x.data, H, gr, dt, I, gbuf);
-    act_mul(ex.act, Tensor{gbuf, P, I}, U, A);
-  } else {
-    activate(ex.act, U, A);
+  gr.w = gated ? ptrs : ptrs + E;
+  if (gated) gr.w2 = ptrs + E, gr.y2 = ubuf;
+  {
+    const ProfScope ps(*this, gated ? "moe gate+up" : "moe up", nullptr, m);
+    matmul_grouped(x.data, H, gr, dt, I, gated ? gbuf : ubuf);
   }
-  gr.w = ptrs + 2 * E;
-  gr.x_div = 1;
-  matmul_grouped(abuf, I, gr, dt, H, dbuf);
+  // Down reads act(gate) * up (or act(up)) as it splits its x, as act_mul and activate compute it.
+  GroupedRows gd = gr;
+  gd.w = ptrs + 2 * E, gd.w2 = nullptr, gd.y2 = nullptr, gd.x_div = 1;
+  gd.act = ex.act == Act::SiLU ? 0 : ex.act == Act::GeluTanh ? 1 : 2;
+  gd.x2 = gated ? ubuf : nullptr;
+  {
+    const ProfScope ps(*this, "moe down", nullptr, m);
+    matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
+  }
+  const ProfScope ps(*this, "moe combine", nullptr, m);
   moe_combine_kernel<<<grid_for(m * H, 256), 256>>>(idx, wts, dbuf, static_cast<int>(k), H, out.data,
                                                     m * H);
   check_launch(op);

@@ -154,16 +154,6 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
 }
 
-__device__ float act_value(int act, float g) {
-  if (act == 0) return g / (1.0f + expf(-g));
-  if (act == 1) {
-    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
-  }
-  const float r = g > 0.0f ? g : 0.0f;
-  return r * r;
-}
-
 __global__ void act_mul_kernel(int act, const float* gate, const float* up, float* out, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = act_value(act, gate[i]) * up[i];
@@ -211,22 +201,11 @@ bool vec4(int64_t n, std::initializer_list<const void*> ptrs) {
   return true;
 }
 
-// Softmax of one row: max by the fixed tree, exp, sum by the fixed tree, divide.
+// Softmax of one row (softmax_row).
 __global__ void softmax_kernel(const float* logits, int64_t n, float* prob) {
   __shared__ float sh[kRowThreads];
-  const float* l = logits + static_cast<int64_t>(blockIdx.x) * n;
-  float* p = prob + static_cast<int64_t>(blockIdx.x) * n;
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) mx = fmaxf(mx, l[i]);
-  mx = block_max<kRowThreads>(mx, sh);
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
-    const float e = expf(l[i] - mx);
-    p[i] = e;
-    s = s + e;
-  }
-  s = block_sum<kRowThreads>(s, sh);
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) p[i] = p[i] / s;
+  softmax_row<kRowThreads>(logits + static_cast<int64_t>(blockIdx.x) * n, n,
+                           prob + static_cast<int64_t>(blockIdx.x) * n, sh);
 }
 
 __global__ void gather_kernel(const float* src, const int32_t* rows, int64_t cols, float* dst,

@@ -62,6 +62,36 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
   return r;
 }
 
+// The activations of act_mul and activate: 0 SiLU, 1 GELU (tanh), 2 squared ReLU.
+__device__ __forceinline__ float act_value(int act, float g) {
+  if (act == 0) return g / (1.0f + expf(-g));
+  if (act == 1) {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+  }
+  const float r = g > 0.0f ? g : 0.0f;
+  return r * r;
+}
+
+__device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+// Softmax of one row by a block of T threads: max by the fixed tree, exp, sum by the fixed
+// tree, divide. sh holds T floats.
+template <int T>
+__device__ __forceinline__ void softmax_row(const float* l, int64_t n, float* p, float* sh) {
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += T) mx = fmaxf(mx, l[i]);
+  mx = block_max<T>(mx, sh);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += T) {
+    const float e = expf(l[i] - mx);
+    p[i] = e;
+    s = s + e;
+  }
+  s = block_sum<T>(s, sh);
+  for (int64_t i = threadIdx.x; i < n; i += T) p[i] = p[i] / s;
+}
+
 // Element i of a stored row as f32 (Q8_0 as repacked: int8 values and per-block scales).
 __device__ __forceinline__ float load_elem(int dt, const void* data, const float* scales,
                                            int64_t i) {
