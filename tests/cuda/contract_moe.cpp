@@ -154,8 +154,10 @@ std::string moe_gate(const MoeFn& f, Backend& gpu, Backend& cpu, const MoeSpec& 
   const auto got = f(gpu, s, wg, xs, ls, M);
   double mag = 0;
   for (float v : ref) mag = std::max(mag, static_cast<double>(std::fabs(v)));
-  // Q8_0 rounds x to bf16 on the GPU, as the matmul gate allows; the others split x exactly.
-  const double tol = s.dt == DType::Q8_0 ? 1e-2 : 1e-4;
+  // Q8_0 rounds x to bf16 on the GPU where the cpu backend quantizes it, through three matmuls
+  // here; its exact check is the bits of the op-by-op GPU run below, whose matmuls the matmul
+  // gate holds to the cpu backend. The others split x exactly.
+  const double tol = s.dt == DType::Q8_0 ? 5e-2 : 1e-4;
   for (size_t i = 0; i < ref.size(); ++i)
     if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= tol * std::max(mag, 1e-30)))
       return tag + ": element " + std::to_string(i) + " got " + std::to_string(got[i]) + " want " +

@@ -2,8 +2,9 @@
 // weighted sum, with no host round trip.
 //
 // Order rule: the router's probabilities (softmax) or scores (sigmoid) are computed per row as
-// topk_softmax / topk_sigmoid_grouped compute them, and each row's choices are made by one thread
-// with the same ranking and the same sums in the same order. An expert's rows run through the
+// topk_softmax / topk_sigmoid_grouped compute them, and each row's choices are made by one warp
+// (softmax) or one thread (sigmoid) with the same ranking (a total order, so a warp's reduction
+// cannot change a choice) and the same sums in the same order. An expert's rows run through the
 // grouped matmul, whose per-row bits are matmul's. Row r's output starts at 0 and adds
 // weight * expert output for its chosen experts in increasing expert index.
 #include <algorithm>
@@ -35,39 +36,58 @@ __global__ void moe_sigmoid_kernel(const float* x, float* out, int64_t n) {
   if (i < n) out[i] = sigmoid_f(x[i]);
 }
 
-// a ranks before b: larger first, NaN as -inf, ties to the lower index.
+// a ranks before b: larger first, ties to the lower index (values already mapped for NaN).
 __device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
-  va = isnan(va) ? -INFINITY : va;
-  vb = isnan(vb) ? -INFINITY : vb;
   return va > vb || (va == vb && a < b);
+}
+
+__device__ __forceinline__ float nan_low(float v) { return isnan(v) ? -INFINITY : v; }
+
+__device__ __forceinline__ bool ranks_before_nan(float va, int a, float vb, int b) {
+  return ranks_before(nan_low(va), a, nan_low(vb), b);
 }
 
 __device__ __forceinline__ bool taken(const uint32_t* mask, int i) { return (mask[i / 32] >> (i % 32)) & 1u; }
 
-// Row r's k most probable experts, ranked, weights renormalized when norm.
+// The warp's best (value, index) by ranks_before; every lane gets the same pair. Lanes with no
+// candidate pass index -1.
+__device__ __forceinline__ void warp_best(float& v, int& i) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, off);
+    if (oi >= 0 && (i < 0 || ranks_before(ov, oi, v, i))) v = ov, i = oi;
+  }
+}
+
+// Row r's k most probable experts by one warp (lane l holds experts l, l + 32, ...), ranked;
+// lane 0 then sums the chosen probabilities in rank order and writes the weights.
 __device__ void route_softmax_row(int r, const float* prob, int n, int k, bool norm, int32_t* idx,
                                   float* w) {
+  const int lane = threadIdx.x % 32;
   const float* p = prob + static_cast<int64_t>(r) * n;
-  uint32_t mask[kMaxExperts / 32] = {};
   int32_t* ir = idx + static_cast<int64_t>(r) * k;
   float* wr = w + static_cast<int64_t>(r) * k;
+  uint32_t mine = 0;  // bit j: expert lane + 32 j is taken
   for (int j = 0; j < k; ++j) {
-    int best = -1;
     float bv = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      if (taken(mask, i)) continue;
+    int bi = -1;
+    for (int t = 0, i = lane; i < n; ++t, i += 32) {
+      if ((mine >> t) & 1u) continue;
       const float v = isnan(p[i]) ? -1.0f : p[i];
-      if (best < 0 || v > bv) best = i, bv = v;
+      if (bi < 0 || ranks_before(v, i, bv, bi)) bv = v, bi = i;
     }
-    mask[best / 32] |= 1u << (best % 32);
-    ir[j] = best;
+    warp_best(bv, bi);
+    if (bi % 32 == lane) mine |= 1u << (bi / 32);
+    if (lane == 0) ir[j] = bi;
   }
+  __syncwarp();
+  if (lane != 0) return;
   float ksum = 0.0f;
   for (int j = 0; j < k; ++j) ksum = ksum + p[ir[j]];
   for (int j = 0; j < k; ++j) wr[j] = norm ? p[ir[j]] / ksum : p[ir[j]];
 }
 
-// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped.
+// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one thread.
 __device__ void route_sigmoid_row(int r, const float* score, const float* bias, int n, int n_group,
                                   int topk_group, int k, bool norm, float scale, int32_t* idx,
                                   float* w) {
@@ -82,11 +102,11 @@ __device__ void route_sigmoid_row(int r, const float* score, const float* bias, 
       if ((gmask >> gi) & 1u) continue;
       int b1 = -1, b2 = -1;
       for (int i = gi * gsize; i < (gi + 1) * gsize; ++i) {
-        if (b1 < 0 || ranks_before(biased(i), i, biased(b1), b1)) b2 = b1, b1 = i;
-        else if (b2 < 0 || ranks_before(biased(i), i, biased(b2), b2)) b2 = i;
+        if (b1 < 0 || ranks_before_nan(biased(i), i, biased(b1), b1)) b2 = b1, b1 = i;
+        else if (b2 < 0 || ranks_before_nan(biased(i), i, biased(b2), b2)) b2 = i;
       }
       const float gv = b2 < 0 ? biased(b1) : biased(b1) + biased(b2);
-      if (bg < 0 || ranks_before(gv, gi, bgv, bg)) bg = gi, bgv = gv;
+      if (bg < 0 || ranks_before_nan(gv, gi, bgv, bg)) bg = gi, bgv = gv;
     }
     gmask |= 1u << bg;
   }
@@ -97,7 +117,7 @@ __device__ void route_sigmoid_row(int r, const float* score, const float* bias, 
     int best = -1;
     for (int i = 0; i < n; ++i) {
       if (!((gmask >> (i / gsize)) & 1u) || taken(mask, i)) continue;
-      if (best < 0 || ranks_before(biased(i), i, biased(best), best)) best = i;
+      if (best < 0 || ranks_before_nan(biased(i), i, biased(best), best)) best = i;
     }
     mask[best / 32] |= 1u << (best % 32);
     ir[j] = best;
@@ -140,14 +160,17 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   }
 }
 
-// One block routes every row (a thread per row), then lists the pairs by expert.
+// One block routes every row (softmax: a warp per row; sigmoid: a thread per row), then lists
+// the pairs by expert.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int32_t* items, int32_t* n_items) {
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    if (kSigmoid) route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
-    else route_softmax_row(r, prob, n, k, norm, idx, w);
+  if (kSigmoid) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x)
+      route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
+  } else {
+    for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) route_softmax_row(r, prob, n, k, norm, idx, w);
   }
   __syncthreads();  // the block's global writes of idx are seen by all its threads after this
   moe_lists(idx, rows * k, n, order, items, n_items);
