@@ -1,0 +1,116 @@
+#pragma once
+// Matmul y = x * w^T (+ bias). BF16, F16 and Q8_0 weights run on bf16 tensor cores
+// (mma.sync m16n8k16, f32 accumulate); F32 weights run an exact-f32 warp dot.
+//
+// Order rule: K is cut into S slices of ks (a multiple of 256) chosen from K and N alone
+// (split_for), never from M. Within a slice each output element (r, n) is one chain over the
+// k32 chunks that start inside the slice, in increasing k from +0. A chunk is two m16n8k16 steps
+// over a fixed interleave: step s takes k = 8 t + 4 s + {0, 1} into mma slots 2 t + {0, 1} and
+// k = 8 t + 4 s + {2, 3} into slots 8 + 2 t + {0, 1} (t = 0..3), so one thread's operands of a
+// chunk are 8 consecutive k (one 16-byte weight load). BF16/F16: x is split as hi = bf16(x),
+// lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights (split exactly as
+// whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). Q8_0: x rounded to bf16,
+// int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
+// acc = fma(scale, block_sum, acc). The slices' sums are added in slice order (p0 + p1, + p2,
+// ...), then the bias. Few rows: one block per (32 columns, slice) and the last block of a tile
+// to arrive adds the partials; many rows: one block walks every slice of its tile and folds each
+// slice's chain into the total as it ends. Rows past M are zero padding; padded k adds zeros.
+// This header holds what the matmul's two files share: the operand helpers, the K split and the
+// slice partials.
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda::mm {
+
+enum WType { kBF16 = 0, kF16 = 1, kQ8 = 2 };
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__device__ __forceinline__ float bf16_float(uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+
+// Low part of x after its bf16 high part; zero when the high part is not finite (inf - inf).
+__device__ __forceinline__ uint16_t lo_bits(float x, uint16_t hi) {
+  const float h = bf16_float(hi);
+  return isfinite(h) ? bf16_bits(__fsub_rn(x, h)) : static_cast<uint16_t>(0);
+}
+
+constexpr int64_t kSliceUnit = 256;   // slice lengths are multiples of this (and of every BK)
+constexpr int64_t kTargetBlocks = 4 * 132;  // few-row launches aim at 4 blocks per H200 SM
+constexpr int kSkinnyWarps = 4, kSkinnyBN = 8 * kSkinnyWarps, kSkinnyUnroll = 8;
+static_assert(kSliceUnit % (32 * kSkinnyUnroll) == 0, "a skinny step never crosses a slice");
+
+struct SplitArgs {
+  int64_t ks;  // slice length
+  int s;       // slice count
+  float* part;  // [s][M][N] partial sums (s > 1 and one block per slice)
+  unsigned* counters;
+};
+
+// The K split, a function of K and N only, so a row's chains never depend on the batch.
+inline SplitArgs split_for(int64_t K, int64_t N) {
+  const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
+  const int64_t want = std::min<int64_t>(64, (kTargetBlocks + tiles - 1) / tiles);
+  int64_t ks = ((K + want - 1) / want + kSliceUnit - 1) / kSliceUnit * kSliceUnit;
+  if (ks >= K) return {K, 1, nullptr, nullptr};
+  return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr};
+}
+
+__device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
+  return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
+}
+
+// After a block stored its partials: true in the block that arrived last at its tile, which
+// then resets the counter for the next launch.
+__device__ __forceinline__ bool arrive_last(unsigned* counter, int slices) {
+  __shared__ unsigned ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(counter, 1u);
+  __syncthreads();
+  const bool last = ticket == static_cast<unsigned>(slices - 1);
+  if (last) {
+    __threadfence();
+    if (threadIdx.x == 0) *counter = 0;
+  }
+  return last;
+}
+
+// Sums the slices' partials of rows [m0, m0 + rows) x columns [n0, n0 + cols) in slice order.
+// Partials are [s][P][N] with P = M, or with rowmap the row p of row r is rowmap[r] (of P).
+__device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, int64_t N,
+                                              int64_t m0, int rows, int64_t n0, int cols,
+                                              const float* __restrict__ bias, float* __restrict__ y,
+                                              const int32_t* rowmap = nullptr, int64_t P = 0) {
+  if (!rowmap) P = M;
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int64_t r = m0 + i / cols, c = n0 + i % cols;
+    if (r >= M || c >= N) continue;
+    const int64_t pr = rowmap ? rowmap[r] : r;
+    float t = __ldcg(sp.part + pr * N + c);
+    for (int s = 1; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * P + pr) * N + c));
+    y[pr * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
+  }
+}
+
+
+// Few-row (M <= 16) matmul on the split sp (cuda_matmul_few.cu).
+void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                     Tensor y, const SplitArgs& sp);
+
+}  // namespace tf::cuda::mm

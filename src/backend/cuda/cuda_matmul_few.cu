@@ -1,0 +1,388 @@
+// Matmul for few rows (M <= 16): weights streamed straight into mma registers, for one weight
+// (matmul), several of one x (matmul_many) or an MoE layer's experts (matmul_grouped). The order
+// rule is in cuda_matmul.cuh; every path here gives matmul's bits.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_matmul.cuh"
+
+namespace tf::cuda {
+
+namespace mm {
+namespace {
+
+// Up to kMaxMulti matmuls of one x in one launch: column tiles of output i follow those of i - 1.
+constexpr int kMaxMulti = 4;
+struct MultiOut {
+  const void* w;
+  const float* scales;
+  const float* bias;
+  float* y;
+  int64_t N;
+  int tiles;
+  SplitArgs sp;
+};
+struct MultiArgs {
+  MultiOut o[kMaxMulti];
+  int n = 0;
+};
+
+// Up to 8 consecutive k of one row from k on, as f32 (zero past K).
+__device__ __forceinline__ void load_x8(float (&v)[8], const float* __restrict__ row, bool live,
+                                        int64_t K, int64_t k, bool vec) {
+  if (live && vec && k + 8 <= K) {
+    const float4 p = *reinterpret_cast<const float4*>(row + k);
+    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = live && k + e < K ? row[k + e] : 0.0f;
+  }
+}
+
+// The operand words of 8 f32 values: hi = bf16 pairs, lo = the remainders' bf16 pairs.
+template <bool kLo>
+__device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
+    hi[e] = pack2(h0, h1);
+    lo[e] = kLo ? pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1)) : 0u;
+  }
+}
+
+// Few rows (M <= 16): each warp owns 8 columns of a slice and loads its weight operands straight
+// from memory, 8 consecutive k per lane (16 bytes for BF16/F16), the next step's loads in flight
+// while a step computes. A step is kSkinnyUnroll chunks; the block first splits the step's x into
+// operand words in shared memory once for all its warps (rows past M as zeros).
+// kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices).
+// kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
+// gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
+// kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
+template <int WT, bool kHigh, bool kGroup, bool kMulti = false>
+__global__ void __launch_bounds__(kSkinnyWarps * 32)
+    skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
+                  const float* __restrict__ wscale, const float* __restrict__ bias,
+                  float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp,
+                  GroupedRows gr, MultiArgs ma) {
+  constexpr int U = kSkinnyUnroll, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
+  constexpr bool kLo = WT != kQ8;
+  // Operand words of one step: [row][group][hi 0..3, lo 0..3].
+  __shared__ __align__(16) uint32_t xs[R][G][8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int32_t* rowmap = nullptr;
+  int64_t P = M;  // rows of y and of each slice's partials
+  unsigned tile = blockIdx.x, bx = blockIdx.x;
+  if (kMulti) {
+    int i = 0;
+    while (i + 1 < ma.n && bx >= static_cast<unsigned>(ma.o[i].tiles)) bx -= ma.o[i].tiles, ++i;
+    const MultiOut& o = ma.o[i];
+    if (static_cast<int>(blockIdx.y) >= o.sp.s) return;
+    w = o.w, wscale = o.scales, bias = o.bias, y = o.y, N = o.N, sp = o.sp;
+    tile = bx;
+  }
+  if (kGroup) {
+    int item = static_cast<int>(blockIdx.z);
+    const bool second = gr.w2 && item >= gr.max_items;
+    if (second) item -= gr.max_items;
+    if (item >= *gr.n_items) return;
+    const int32_t e = gr.items[3 * item];
+    rowmap = gr.order + gr.items[3 * item + 1];
+    M = gr.items[3 * item + 2];
+    P = gr.pairs;
+    const ExpertPtr* table = second ? gr.w2 : gr.w;
+    w = table[e].data;
+    wscale = table[e].scales;
+    if (second) {
+      y = gr.y2;
+      sp.part += static_cast<int64_t>(sp.s) * P * N;  // the second weight's own partials
+    }
+    tile += blockIdx.z * gridDim.x;
+  }
+  const int64_t n0 = static_cast<int64_t>(bx) * kSkinnyBN, nw = n0 + warp * 8;
+  const int64_t kbeg = static_cast<int64_t>(blockIdx.y) * sp.ks;
+  const int64_t kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  const int64_t wr = nw + g;  // the weight row this lane loads
+  const bool wlive = wr < N;
+  const int64_t c0 = nw + 2 * t4;  // this lane's output columns c0, c0 + 1
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  uint32_t wb[U][4];
+  float sc[U][2];
+  // Issues the weight (and Q8 scale) loads of the step at kc.
+  auto load_w = [&](int64_t kc) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = kc + 32 * u + 8 * t4;
+      const bool in = wlive && kc + 32 * u < kend;
+      if (WT == kQ8) {
+        uint2 q = make_uint2(0u, 0u);
+        if (in) q = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w) + wr * K + k);
+        wb[u][0] = q.x, wb[u][1] = q.y, wb[u][2] = 0u, wb[u][3] = 0u;
+        const int64_t blk = (kc + 32 * u) / 32;
+        const bool sin = kc + 32 * u < kend;
+        sc[u][0] = sin && c0 < N ? wscale[c0 * (K / 32) + blk] : 0.0f;
+        sc[u][1] = sin && c0 + 1 < N ? wscale[(c0 + 1) * (K / 32) + blk] : 0.0f;
+      } else {
+        const uint16_t* w16 = static_cast<const uint16_t*>(w) + wr * K;
+        if (in && vec_w && k + 8 <= K) {
+          const uint4 v = *reinterpret_cast<const uint4*>(w16 + k);
+          wb[u][0] = v.x, wb[u][1] = v.y, wb[u][2] = v.z, wb[u][3] = v.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint16_t h0 = in && k + 2 * e < K ? w16[k + 2 * e] : 0;
+            const uint16_t h1 = in && k + 2 * e + 1 < K ? w16[k + 2 * e + 1] : 0;
+            wb[u][e] = pack2(h0, h1);
+          }
+        }
+        sc[u][0] = sc[u][1] = 0.0f;
+      }
+    }
+  };
+  if (kbeg < kend) load_w(kbeg);
+  for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
+    // The step's x as operand words, each (row, k8 group) split by one thread.
+    for (int i = threadIdx.x; i < R * G; i += kSkinnyWarps * 32) {
+      const int r = i / G, q = i % G;
+      uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
+      if (r < M) {
+        const int64_t xr = kGroup ? rowmap[r] / gr.x_div : r;
+        float v[8];
+        load_x8(v, x + xr * K, true, K, kc + 8 * q, vec_x);
+        if (kGroup && gr.act >= 0) {
+          float u8[8];
+          if (gr.x2) load_x8(u8, gr.x2 + xr * K, true, K, kc + 8 * q, vec_x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
+        }
+        split8<kLo>(v, hi, lo);
+      }
+      *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+    uint32_t cw[U][4];
+    float cs[U][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) cw[u][e] = wb[u][e];
+      cs[u][0] = sc[u][0], cs[u][1] = sc[u][1];
+    }
+    if (kc + 32 * U < kend) load_w(kc + 32 * U);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (kc + 32 * u >= kend) break;  // a chunk starting past the slice is not in the chain
+      const int q = 4 * u + t4;
+      const uint4 h4 = *reinterpret_cast<const uint4*>(&xs[g][q][0]);
+      const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w};
+      uint32_t al[4] = {0u, 0u, 0u, 0u}, bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
+      if (kLo) {
+        const uint4 l4 = *reinterpret_cast<const uint4*>(&xs[g][q][4]);
+        al[0] = l4.x, al[1] = l4.y, al[2] = l4.z, al[3] = l4.w;
+      }
+      if (kHigh) {
+        const uint4 hb = *reinterpret_cast<const uint4*>(&xs[(g + 8) % R][q][0]);
+        bh[0] = hb.x, bh[1] = hb.y, bh[2] = hb.z, bh[3] = hb.w;
+        if (kLo) {
+          const uint4 lb = *reinterpret_cast<const uint4*>(&xs[(g + 8) % R][q][4]);
+          bl[0] = lb.x, bl[1] = lb.y, bl[2] = lb.z, bl[3] = lb.w;
+        }
+      }
+      // Weight words as bf16 pairs (F16: hi in wh, exact remainder in wl).
+      uint32_t wh[4], wl[4];
+      if (WT == kQ8) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t word = cw[u][e / 2];
+          const int sh = 16 * (e % 2);
+          const float f0 = static_cast<float>(static_cast<int8_t>(word >> sh));
+          const float f1 = static_cast<float>(static_cast<int8_t>(word >> (sh + 8)));
+          wh[e] = pack2(bf16_bits(f0), bf16_bits(f1));
+          wl[e] = 0u;
+        }
+      } else if (WT == kF16) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][e] & 0xffffu)));
+          const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][e] >> 16)));
+          const uint16_t h0 = bf16_bits(f0), h1 = bf16_bits(f1);
+          wh[e] = pack2(h0, h1);
+          wl[e] = pack2(lo_bits(f0, h0), lo_bits(f1, h1));
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) wh[e] = cw[u][e], wl[e] = 0u;
+      }
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int st = 0; st < 2; ++st) {
+        const uint32_t a[4] = {ah[2 * st], bh[2 * st], ah[2 * st + 1], bh[2 * st + 1]};
+        const uint32_t b0 = wh[2 * st], b1 = wh[2 * st + 1];
+        if (WT == kQ8) {
+          mma_bf16(part, a, b0, b1);
+        } else {
+          const uint32_t l[4] = {al[2 * st], bl[2 * st], al[2 * st + 1], bl[2 * st + 1]};
+          mma_bf16(acc, a, b0, b1);
+          mma_bf16(acc, l, b0, b1);
+          if (WT == kF16) mma_bf16(acc, a, wl[2 * st], wl[2 * st + 1]);
+        }
+      }
+      if (WT == kQ8) {
+        acc[0] = __fmaf_rn(cs[u][0], part[0], acc[0]);
+        acc[1] = __fmaf_rn(cs[u][1], part[1], acc[1]);
+        acc[2] = __fmaf_rn(cs[u][0], part[2], acc[2]);
+        acc[3] = __fmaf_rn(cs[u][1], part[3], acc[3]);
+      }
+    }
+    __syncthreads();  // the next step's split overwrites xs
+  }
+  const bool partial = sp.s > 1;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t r = g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
+    if (r >= M || c >= N) continue;
+    const int64_t pr = kGroup ? rowmap[r] : r;
+    if (partial) sp.part[(static_cast<int64_t>(blockIdx.y) * P + pr) * N + c] = acc[e];
+    else y[pr * N + c] = bias ? __fadd_rn(acc[e], bias[c]) : acc[e];
+  }
+  if (partial && arrive_last(sp.counters + tile, sp.s))
+    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, kSkinnyBN, bias, y, rowmap, P);
+}
+
+template <int WT>
+void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                   Tensor y, SplitArgs sp) {
+  const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
+  const dim3 grid(static_cast<unsigned>((y.cols + kSkinnyBN - 1) / kSkinnyBN),
+                  static_cast<unsigned>(sp.s));
+  if (sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+    sp.counters = be.matmul_counters(grid.x);
+  }
+  auto kern = x.rows > 8 ? skinny_matmul<WT, true, false> : skinny_matmul<WT, false, false>;
+  kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
+                                    y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+}
+
+template <int WT>
+void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const CudaWeight*>& ws,
+                  const std::vector<const float*>& biases, const std::vector<Tensor>& ys) {
+  MultiArgs ma;
+  ma.n = static_cast<int>(ws.size());
+  uint64_t part_n = 0, count_n = 0;
+  int tiles = 0, slices = 1;
+  bool vec_w = true;
+  for (int i = 0; i < ma.n; ++i) {
+    MultiOut& o = ma.o[i];
+    o.w = ws[i]->data, o.scales = ws[i]->scales, o.bias = biases[i], o.y = ys[i].data;
+    o.N = ys[i].cols;
+    o.tiles = static_cast<int>((o.N + kSkinnyBN - 1) / kSkinnyBN);
+    o.sp = split_for(x.cols, o.N);
+    tiles += o.tiles;
+    slices = std::max(slices, o.sp.s);
+    if (o.sp.s > 1) part_n += static_cast<uint64_t>(o.sp.s) * x.rows * o.N, count_n += o.tiles;
+    vec_w = vec_w && (WT == kQ8 || ws[i]->cols % 8 == 0);
+  }
+  float* part = part_n ? be.matmul_partials(part_n) : nullptr;
+  unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
+  for (int i = 0; i < ma.n; ++i) {
+    MultiOut& o = ma.o[i];
+    if (o.sp.s == 1) continue;
+    o.sp.part = part, o.sp.counters = counters;
+    part += static_cast<uint64_t>(o.sp.s) * x.rows * o.N;
+    counters += o.tiles;
+  }
+  const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
+  auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true> : skinny_matmul<WT, false, false, true>;
+  kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, nullptr, nullptr, nullptr, nullptr, 0,
+                                    vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+}
+
+template <int WT>
+void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRows& gr, float* y,
+                    int64_t N, bool vec_w) {
+  const SplitArgs base = split_for(K, N);
+  SplitArgs sp = base;
+  const int tables = gr.w2 ? 2 : 1;
+  const dim3 grid(static_cast<unsigned>((N + kSkinnyBN - 1) / kSkinnyBN), static_cast<unsigned>(sp.s),
+                  static_cast<unsigned>(tables * gr.max_items));
+  if (sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(tables * sp.s) * gr.pairs * N);
+    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
+  }
+  const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  skinny_matmul<WT, true, true><<<grid, kSkinnyWarps * 32>>>(x, gr.pairs, K, nullptr, nullptr, nullptr,
+                                                             y, N, vec_x, vec_w, sp, gr, MultiArgs{});
+}
+
+
+}  // namespace
+
+void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                     Tensor y, const SplitArgs& sp) {
+  switch (w.dtype) {
+    case DType::BF16: launch_skinny<kBF16>(be, x, w, bias, y, sp); break;
+    case DType::F16: launch_skinny<kF16>(be, x, w, bias, y, sp); break;
+    default: launch_skinny<kQ8>(be, x, w, bias, y, sp); break;
+  }
+}
+
+}  // namespace mm
+
+using namespace mm;
+
+void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt,
+                                 int64_t N, float* y) {
+  TF_CHECK(gr.max_items >= 1 && gr.max_items * (gr.w2 ? 2 : 1) <= 65535 && gr.x_div >= 1 && gr.pairs >= 1,
+           "matmul_grouped: ", gr.max_items, " work items over ", gr.pairs, " rows");
+  const bool vec_w = dt == DType::Q8_0 || K % 8 == 0;
+  switch (dt) {
+    case DType::BF16: launch_grouped<kBF16>(*this, x, K, gr, y, N, vec_w); break;
+    case DType::F16: launch_grouped<kF16>(*this, x, K, gr, y, N, vec_w); break;
+    case DType::Q8_0: launch_grouped<kQ8>(*this, x, K, gr, y, N, vec_w); break;
+    default: fail("matmul_grouped: weights of this dtype take the op-by-op path");
+  }
+  check_launch("matmul_grouped");
+}
+
+void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) {
+  // Few rows and like weights run in one launch; anything else as one matmul each.
+  bool one = x.rows >= 1 && x.rows <= 16 && !outs.empty() &&
+             outs.size() <= static_cast<size_t>(kMaxMulti);
+  std::vector<const CudaWeight*> ws;
+  std::vector<const float*> biases;
+  std::vector<Tensor> ys;
+  for (const MatmulOut& o : outs) {
+    if (!one) break;
+    const CudaWeight& w = as_cuda(*o.w, "matmul");
+    one = w.dtype == outs[0].w->dtype && (w.dtype == DType::BF16 || w.dtype == DType::F16 ||
+                                          w.dtype == DType::Q8_0) &&
+          w.cols == x.cols && o.y.rows == x.rows && o.y.cols == w.rows && w.rows > 0;
+    const float* b = nullptr;
+    if (o.bias) {
+      const CudaWeight& bw = as_cuda(*o.bias, "matmul");
+      one = one && bw.rows == 1 && bw.cols == w.rows;
+      b = bw.f32;
+    }
+    ws.push_back(&w), biases.push_back(b), ys.push_back(o.y);
+  }
+  if (!one) {
+    for (const MatmulOut& o : outs) matmul(x, *o.w, o.bias, o.y);
+    return;
+  }
+  const ProfScope prof(*this, "matmul_many", &outs[0].w->name, x.rows);
+  check_tensor(x, "matmul", "x");
+  for (const Tensor& y : ys) check_tensor(y, "matmul", "y");
+  switch (ws[0]->dtype) {
+    case DType::BF16: launch_multi<kBF16>(*this, x, ws, biases, ys); break;
+    case DType::F16: launch_multi<kF16>(*this, x, ws, biases, ys); break;
+    default: launch_multi<kQ8>(*this, x, ws, biases, ys); break;
+  }
+  check_launch("matmul");
+}
+
+}  // namespace tf::cuda
