@@ -135,6 +135,7 @@ MoeBlock load_moe(WeightLoader& L, const std::string& p, const HfConfig& cfg) {
         load_mlp(L, p + "shared_expert.", H, cfg.shared_expert_intermediate_size, false));
     if (L.has(p + "shared_expert_gate.weight")) m.shared_gate = L.matrix(p + "shared_expert_gate.weight", 1, H);
   }
+  index_experts(m);
   return m;
 }
 
@@ -169,15 +170,14 @@ void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor ga
   b.matmul(a, *m.down, nullptr, out);
 }
 
-MoeExperts moe_experts_of(const MoeBlock& m) {
-  MoeExperts ex;
+void index_experts(MoeBlock& m) {
+  m.routed = MoeExperts{};
   for (const MlpBlock& e : m.experts) {
-    if (e.gate) ex.gate.push_back(e.gate.get());
-    ex.up.push_back(e.up.get());
-    ex.down.push_back(e.down.get());
-    ex.act = e.act;
+    if (e.gate) m.routed.gate.push_back(e.gate.get());
+    m.routed.up.push_back(e.up.get());
+    m.routed.down.push_back(e.down.get());
+    m.routed.act = e.act;
   }
-  return ex;
 }
 
 // The routed experts op by op: routing to the host, then each expert's rows gathered, run and
@@ -229,7 +229,7 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   route.n_group = m.n_group;
   route.topk_group = m.topk_group;
   route.scale = m.routed_scale;
-  if (!b.moe_experts(in, router, route, moe_experts_of(m), acc)) moe_routed_by_ops(b, m, in, router, acc, s);
+  if (!b.moe_experts(in, router, route, m.routed, acc)) moe_routed_by_ops(b, m, in, router, acc, s);
   if (m.shared) {
     mlp_forward(b, *m.shared, in, out, s.gate, s.up, s.act);
     if (m.shared_gate) {

@@ -66,7 +66,11 @@ struct MoeBlock {
   WeightPtr router_bias;
   int n_group = 1, topk_group = 1;
   float routed_scale = 1.0f;
+  MoeExperts routed;  // the experts' weights as Backend::moe_experts takes them (index_experts)
 };
+
+// Fills m.routed from m.experts; loaders call it once the experts are in place.
+void index_experts(MoeBlock& m);
 
 AttentionBlock load_attention(WeightLoader& L, const std::string& prefix, const HfConfig& cfg,
                               bool qk_norm);

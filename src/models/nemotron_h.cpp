@@ -242,6 +242,7 @@ void NemotronHModel::load(const ModelFiles& files) {
           }
         }
         m->shared = std::make_unique<MlpBlock>(plain_mlp(L, mp + "shared_experts.", H, shared_inter_, act));
+        index_experts(*m);
         layer.moe = std::move(m);
         break;
       }
