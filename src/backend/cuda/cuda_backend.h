@@ -190,6 +190,7 @@ class CudaBackend : public Backend {
   struct ExpertTable {
     ExpertPtr* table = nullptr;
     const void* tag = nullptr;  // the first expert's up data when the table was made
+    uint64_t bytes = 0;
   };
   std::unordered_map<const Weight*, ExpertTable> expert_ptrs_;  // by the first expert's up weight
  public:

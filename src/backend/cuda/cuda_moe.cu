@@ -216,11 +216,12 @@ const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
   const void* tag = as_cuda(*ex.up[0], "moe_experts").data;
   auto it = expert_ptrs_.find(ex.up[0]);
   if (it != expert_ptrs_.end() && it->second.tag == tag) return it->second.table;
+  const size_t E = ex.up.size();
   if (it != expert_ptrs_.end()) {
     cudaFree(it->second.table);
+    blocks_.counter()->fetch_sub(it->second.bytes);
     expert_ptrs_.erase(it);
   }
-  const size_t E = ex.up.size();
   std::vector<ExpertPtr> host(3 * E);
   for (size_t e = 0; e < E; ++e) {
     const Weight* ws[3] = {ex.gate.empty() ? nullptr : ex.gate[e], ex.up[e], ex.down[e]};
@@ -234,7 +235,7 @@ const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
   TF_CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(ExpertPtr)), "moe_experts: expert table");
   blocks_.counter()->fetch_add(host.size() * sizeof(ExpertPtr));
   upload_bytes(d, host.data(), host.size() * sizeof(ExpertPtr));
-  expert_ptrs_[ex.up[0]] = ExpertTable{static_cast<ExpertPtr*>(d), tag};
+  expert_ptrs_[ex.up[0]] = ExpertTable{static_cast<ExpertPtr*>(d), tag, host.size() * sizeof(ExpertPtr)};
   return static_cast<ExpertPtr*>(d);
 }
 
