@@ -122,16 +122,21 @@ void PrefixStore::drop_state(Node* n) {
   n->state.reset();
 }
 
+PrefixStore::Node* PrefixStore::least_recent(const std::function<bool(const Node&)>& fits) const {
+  Node* best = nullptr;
+  std::vector<Node*> stack = {root_.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& [h, c] : n->children) stack.push_back(c.get());
+    if (fits(*n) && (!best || n->last_used < best->last_used)) best = n;
+  }
+  return best;
+}
+
 void PrefixStore::enforce_state_budget(const Node* keep) {
   while (stats_.state_bytes > state_budget_) {
-    Node* best = nullptr;
-    std::vector<Node*> stack = {root_.get()};
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      for (auto& [h, c] : n->children) stack.push_back(c.get());
-      if (n->state && n != keep && (!best || n->last_used < best->last_used)) best = n;
-    }
+    Node* best = least_recent([&](const Node& n) { return n.state && &n != keep; });
     if (!best) break;
     drop_state(best);
   }
@@ -255,24 +260,18 @@ void PrefixStore::drop(Node* n) {
 
 bool PrefixStore::evict_one() {
   // Least recently used page that only the store holds and that no child needs on the device.
-  Node* best = nullptr;
-  std::vector<Node*> stack = {root_.get()};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    bool child_on_device = false;
-    for (auto& [h, c] : n->children) {
-      stack.push_back(c.get());
-      child_on_device |= c->page >= 0;
-    }
-    if (n->page < 0 || pool_.refcount(n->page) != 1) continue;
+  const bool host_tier = host_budget_ > 0 && backend_ && kv_;
+  Node* best = least_recent([&](const Node& n) {
+    if (n.page < 0 || pool_.refcount(n.page) != 1) return false;
     // With a host tier a page may leave while its children sit in host memory; without one only leaves go.
-    if (host_budget_ > 0 && backend_ && kv_ ? child_on_device : !n->children.empty()) continue;
-    if (!best || n->last_used < best->last_used) best = n;
-  }
+    if (!host_tier) return n.children.empty();
+    for (auto& [h, c] : n.children)
+      if (c->page >= 0) return false;
+    return true;
+  });
   if (!best) return false;
   stats_.evictions++;
-  if (host_budget_ > 0 && backend_ && kv_ && page_bytes() <= host_budget_) {
+  if (host_tier && page_bytes() <= host_budget_) {
     const uint64_t floats = page_bytes() / sizeof(float);
     best->host.resize(floats);
     backend_->kv_page_to_host(*kv_, best->page, best->host.data());
@@ -288,14 +287,7 @@ bool PrefixStore::evict_one() {
 
 void PrefixStore::enforce_host_budget() {
   while (stats_.host_bytes > host_budget_) {
-    Node* best = nullptr;
-    std::vector<Node*> stack = {root_.get()};
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      for (auto& [h, c] : n->children) stack.push_back(c.get());
-      if (n->page < 0 && !n->host.empty() && n->children.empty() && (!best || n->last_used < best->last_used)) best = n;
-    }
+    Node* best = least_recent([](const Node& n) { return n.page < 0 && !n.host.empty() && n.children.empty(); });
     if (!best) break;
     stats_.host_evictions++;
     drop(best);

@@ -86,6 +86,8 @@ class PrefixStore {
   Node* salt_root(const std::string& salt) const;
   std::vector<int32_t> match_nodes(const std::string& salt, const std::vector<int32_t>& tokens, int max_pages,
                                    std::vector<Node*>* nodes);
+  // The least recently used node for which fits is true (the first found of equals), or null.
+  Node* least_recent(const std::function<bool(const Node&)>& fits) const;
   void drop_state(Node* n);
   void enforce_state_budget(const Node* keep);
   bool evict_one();
