@@ -73,6 +73,15 @@ WeightPtr WeightLoader::expert_slice(const std::string& name, int64_t experts, i
   return load(v, rows, cols);
 }
 
+AttnParams attention_params(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  AttnParams p;
+  p.n_heads = static_cast<int>(n_heads);
+  p.n_kv_heads = static_cast<int>(n_kv_heads);
+  p.head_dim = static_cast<int>(head_dim);
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  return p;
+}
+
 AttentionBlock load_attention(WeightLoader& L, const std::string& p, const HfConfig& cfg, bool qk_norm) {
   AttentionBlock a;
   const int64_t H = cfg.hidden_size, nh = cfg.num_attention_heads, nkv = cfg.num_key_value_heads,
@@ -90,10 +99,7 @@ AttentionBlock load_attention(WeightLoader& L, const std::string& p, const HfCon
     a.k_norm = L.vector(p + "k_norm.weight", hd);
   }
   a.norm_eps = static_cast<float>(cfg.rms_norm_eps);
-  a.params.n_heads = static_cast<int>(nh);
-  a.params.n_kv_heads = static_cast<int>(nkv);
-  a.params.head_dim = static_cast<int>(hd);
-  a.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  a.params = attention_params(nh, nkv, hd);
   return a;
 }
 

@@ -72,6 +72,8 @@ struct MoeBlock {
 // Fills m.routed from m.experts; loaders call it once the experts are in place.
 void index_experts(MoeBlock& m);
 
+// Causal attention over n_heads of head_dim sharing n_kv_heads, scaled by 1 / sqrt(head_dim).
+AttnParams attention_params(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
 AttentionBlock load_attention(WeightLoader& L, const std::string& prefix, const HfConfig& cfg,
                               bool qk_norm);
 MlpBlock load_mlp(WeightLoader& L, const std::string& prefix, int64_t hidden, int64_t inter, bool bias);

@@ -36,10 +36,7 @@ GatedAttentionBlock load_gated_attention(WeightLoader& L, RowAssembler& R, const
   a.q_norm = L.vector(p + "q_norm.weight", hd);
   a.k_norm = L.vector(p + "k_norm.weight", hd);
   a.eps = static_cast<float>(cfg.rms_norm_eps);
-  a.params.n_heads = static_cast<int>(nh);
-  a.params.n_kv_heads = static_cast<int>(nkv);
-  a.params.head_dim = static_cast<int>(hd);
-  a.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  a.params = attention_params(nh, nkv, hd);
   a.kv_layer = kv_layer;
   return a;
 }
