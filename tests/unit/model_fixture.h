@@ -60,6 +60,24 @@ struct Job {
 };
 
 // Submits all jobs at once to one engine and runs it until idle.
+// Engine options of the cache tests: lanes of a context window on a chunk grid of 16 (pages of
+// 16) with cache_pages kept prefix pages.
+inline EngineOptions cached_options(int lanes, int context, int cache_pages) {
+  EngineOptions o;
+  o.lanes = lanes;
+  o.context = context;
+  o.chunk = 16;
+  o.page_size = 16;
+  o.cache_pages = cache_pages;
+  return o;
+}
+
+// The same options with the prompt cache off: what a cold run of the same requests uses.
+inline EngineOptions without_cache(EngineOptions o) {
+  o.cache_pages = 0;
+  return o;
+}
+
 inline std::vector<Trace> run_jobs(Model& model, Backend& backend, const EngineOptions& opt,
                                    const std::vector<Job>& jobs) {
   Engine engine(model, backend, opt);

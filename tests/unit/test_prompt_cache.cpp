@@ -30,15 +30,8 @@ TEST_P(PromptCache, ResumedEqualsCold) {
   auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
   const int32_t V = m->model->vocab_size();
   std::mt19937 rng(3);
-  EngineOptions opt;
-  opt.lanes = 4;
-  opt.context = 128;
-  opt.chunk = 16;
-  opt.page_size = 16;
-  opt.cache_pages = 64;
+  const EngineOptions opt = test::cached_options(4, 128, 64), cold_opt = test::without_cache(opt);
   Engine warm(*m->model, *m->backend, opt);
-  EngineOptions cold_opt = opt;
-  cold_opt.cache_pages = 0;
   for (bool sampled : {false, true}) {
     test::Job j;
     j.prompt = random_tokens(rng, 70, V);
@@ -81,16 +74,10 @@ TEST_P(PromptCache, RoundRobinPastTheCapStaysExact) {
   auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
   const int32_t V = m->model->vocab_size();
   std::mt19937 rng(5);
-  EngineOptions opt;
-  opt.lanes = 2;
-  opt.context = 96;
-  opt.chunk = 16;
-  opt.page_size = 16;
-  opt.cache_pages = 6;  // three 2-page prefixes fit; the round robin below needs five
+  EngineOptions opt = test::cached_options(2, 96, 6);  // three 2-page prefixes fit; the round robin below needs five
   opt.host_cache_bytes = GetParam() == "llama" ? (1u << 20) : 0;  // one family through the host tier
   Engine warm(*m->model, *m->backend, opt);
-  EngineOptions cold_opt = opt;
-  cold_opt.cache_pages = 0;
+  const EngineOptions cold_opt = test::without_cache(opt);
   std::vector<test::Job> convs(5);
   for (auto& c : convs) {
     c.prompt = random_tokens(rng, 40, V);

@@ -93,14 +93,7 @@ TEST_P(Recurrent, ResumedEqualsColdAtSeveralMarks) {
   auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
   const int32_t V = m->model->vocab_size();
   std::mt19937 rng(8);
-  EngineOptions opt;
-  opt.lanes = 4;
-  opt.context = 160;
-  opt.chunk = 16;
-  opt.page_size = 16;
-  opt.cache_pages = 64;
-  EngineOptions cold_opt = opt;
-  cold_opt.cache_pages = 0;
+  const EngineOptions opt = test::cached_options(4, 160, 64), cold_opt = test::without_cache(opt);
   Engine warm(*m->model, *m->backend, opt);
   const auto base = random_tokens(rng, 100, V);
   // Cold once, so the store holds states at marks 16..96.
@@ -143,14 +136,9 @@ TEST_P(Recurrent, StateBudgetEvictsSnapshotsAndStaysExact) {
   auto m = test::load_fixture(test::golden_dir(GetParam()), 1);
   const int32_t V = m->model->vocab_size();
   std::mt19937 rng(12);
-  EngineOptions opt;
-  opt.lanes = 2;
-  opt.context = 128;
-  opt.chunk = 16;
-  opt.cache_pages = 32;
+  EngineOptions opt = test::cached_options(2, 128, 32);
   opt.state_cache_bytes = 3 * static_cast<uint64_t>(m->model->state_floats()) * sizeof(float);
-  EngineOptions cold_opt = opt;
-  cold_opt.cache_pages = 0;
+  const EngineOptions cold_opt = test::without_cache(opt);
   Engine warm(*m->model, *m->backend, opt);
   std::vector<test::Job> convs(4);
   for (auto& c : convs) {
