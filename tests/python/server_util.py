@@ -213,5 +213,20 @@ try:
         def factory(*args, check_exit=True):
             return server(list(args), bin_path=tensorfold_bin, check_exit=check_exit)
         return factory
+
+    def cache_fixtures(base):
+        """Module-scoped servers on the flags base: `cold, warm = cache_fixtures(BASE)` gives one
+        with the prompt cache off and one with it on, for resumed = cold checks."""
+        @_pt.fixture(scope="module")
+        def cold(tensorfold_bin):
+            with server(list(base) + ["--prompt-cache-gib", 0], bin_path=tensorfold_bin) as srv:
+                yield srv
+
+        @_pt.fixture(scope="module")
+        def warm(tensorfold_bin):
+            with server(list(base), bin_path=tensorfold_bin) as srv:
+                yield srv
+
+        return cold, warm
 except ImportError:  # benches run without pytest
     pass

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server_util import free_port, server
+from server_util import cache_fixtures, free_port, server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_restore import complete, prompt_ids, wait_idle_census  # noqa: E402
@@ -15,17 +15,7 @@ CHUNK = 64
 BASE = ["--threads", 2, "--parallel", 2, "--chunk", CHUNK, "--context", 1024]
 MODES = [{"temperature": 0.0}, {"temperature": 1.0, "top_p": 0.95, "seed": 11}]
 
-
-@pytest.fixture(scope="module")
-def cold(tensorfold_bin):
-    with server(BASE + ["--prompt-cache-gib", 0], bin_path=tensorfold_bin) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def warm(tensorfold_bin):
-    with server(BASE, bin_path=tensorfold_bin) as srv:
-        yield srv
+cold, warm = cache_fixtures(BASE)
 
 
 def cached(url, prompt, salt=None, sampling=None, max_tokens=4):

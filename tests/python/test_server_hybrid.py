@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server_util import REPO, server
+from server_util import REPO, cache_fixtures
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_restore import complete, prompt_ids, wait_idle_census  # noqa: E402
@@ -18,17 +18,7 @@ PARALLEL = 3
 BASE = ["--model", MODEL, "--threads", 2, "--parallel", PARALLEL, "--chunk", CHUNK, "--context", 512]
 MODES = [{"temperature": 0.0}, {"temperature": 0.9, "top_p": 0.95, "seed": 5}]
 
-
-@pytest.fixture(scope="module")
-def cold(tensorfold_bin):
-    with server(BASE + ["--prompt-cache-gib", 0], bin_path=tensorfold_bin) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def warm(tensorfold_bin):
-    with server(BASE, bin_path=tensorfold_bin) as srv:
-        yield srv
+cold, warm = cache_fixtures(BASE)
 
 
 @pytest.mark.parametrize("mode", range(len(MODES)))
