@@ -47,6 +47,17 @@ inline std::unique_ptr<LoadedModel> load_fixture(const std::string& path, int th
   return m;
 }
 
+// The error loading files on the cpu backend gives, or "" when it loads.
+inline std::string load_error(const ModelFiles& files) {
+  auto backend = make_backend("cpu", 1);
+  try {
+    load_model(files, *backend);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Every logit row of a request, by position, and its sampled tokens.
 struct Trace {
   std::map<int, std::vector<float>> logits;

@@ -200,16 +200,6 @@ class RenamedWeights : public WeightSource {
   std::string hide_, from_, to_;
 };
 
-std::string load_error(const ModelFiles& files) {
-  auto backend = make_cpu_backend(1);
-  try {
-    load_model(files, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Largest relative error of the first logits of the fixture's first prompt, loaded from `files`.
 double first_logit_error(const ModelFiles& files, const nlohmann::json& ex) {
   auto backend = make_cpu_backend(1);
@@ -289,21 +279,21 @@ TEST(Qwen3_5Multimodal, MissingLanguageModelTensorIsNamed) {
                                  "model.language_model.layers.3.self_attn.k_proj.weight",
                                  "model.language_model.embed_tokens.weight", "model.language_model.norm.weight"}) {
     files.weights = std::make_shared<RenamedWeights>(base, name);
-    EXPECT_NE(load_error(files).find(name), std::string::npos) << name << ": " << load_error(files);
+    EXPECT_NE(test::load_error(files).find(name), std::string::npos) << name << ": " << test::load_error(files);
   }
   files.weights = std::make_shared<RenamedWeights>(base, "lm_head.weight");
-  EXPECT_NE(load_error(files).find("lm_head.weight"), std::string::npos);
+  EXPECT_NE(test::load_error(files).find("lm_head.weight"), std::string::npos);
   // Vision and mtp tensors are not needed.
   files.weights = std::make_shared<RenamedWeights>(base, "model.visual.pos_embed.weight");
-  EXPECT_EQ(load_error(files), "");
+  EXPECT_EQ(test::load_error(files), "");
   files.weights = std::make_shared<RenamedWeights>(base, "mtp.fc.weight");
-  EXPECT_EQ(load_error(files), "");
+  EXPECT_EQ(test::load_error(files), "");
   // A text-only folder's weights (model.*) under a multimodal config: the missing name is the nested one.
   ModelFiles text = open_model(test::golden_dir("qwen3_5_text"));
   text.config = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
                  {"text_config", text.config}, {"tie_word_embeddings", true}};
-  EXPECT_NE(load_error(text).find("model.language_model.embed_tokens.weight"), std::string::npos)
-      << load_error(text);
+  EXPECT_NE(test::load_error(text).find("model.language_model.embed_tokens.weight"), std::string::npos)
+      << test::load_error(text);
 }
 
 TEST(Qwen3_5Multimodal, TextClassLoadsMultimodalWeights) {
@@ -330,7 +320,7 @@ TEST(Qwen3_5Multimodal, MoeConditionalGenerationMatchesItsTextModel) {
   EXPECT_LT(first_logit_error(files, ex), 1e-3);
   const std::string expert = "model.language_model.layers.1.mlp.experts.3.up_proj.weight";
   files.weights = std::make_shared<RenamedWeights>(files.weights, expert);
-  EXPECT_NE(load_error(files).find(expert), std::string::npos) << load_error(files);
+  EXPECT_NE(test::load_error(files).find(expert), std::string::npos) << test::load_error(files);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3NextForward, ::testing::ValuesIn(kFixtures),
