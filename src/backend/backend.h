@@ -153,6 +153,10 @@ class Backend {
   static uint64_t kv_page_floats(const KvStorage& kv) {
     return 2ull * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim;
   }
+  // Page-locks [p, p + bytes) so to_host copies into it at full speed (the cpu: nothing); every
+  // pinned range is unpinned before it is freed.
+  virtual void pin_host(void* /*p*/, uint64_t /*bytes*/) {}
+  virtual void unpin_host(void* /*p*/) {}
   virtual void kv_page_to_host(const KvStorage& kv, int page, float* dst) = 0;
   virtual void kv_page_from_host(KvStorage& kv, int page, const float* src) = 0;
   // Copies one page's K and V in every layer (siblings that share a prompt's last partial page).
@@ -177,6 +181,11 @@ class Backend {
   }
   // y = x / rms(x) * (g + add_one): per row of x
   virtual void rmsnorm(const Tensor& x, const Weight& g, float eps, bool add_one, Tensor y) = 0;
+  // x += a, then y = rmsnorm(x): the residual add and the next norm, with add's and rmsnorm's bits.
+  virtual void add_rmsnorm(Tensor x, const Tensor& a, const Weight& g, float eps, bool add_one, Tensor y) {
+    add(x, a);
+    rmsnorm(x, g, eps, add_one, y);
+  }
   // In place on x [m x n_heads*head_dim], row r at position pos[r].
   virtual void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) = 0;
   // out = act(gate) * up

@@ -102,9 +102,18 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
 }
 
 Engine::~Engine() {
+  backend_.unpin_host(logits_pinned_);
   for (auto& l : lanes_) pages_.release(l->pages);
   store_.reset();
   if (states_.data) backend_.free(states_);
+}
+
+void Engine::reserve_logits(size_t n) {
+  if (n > logits_.capacity()) logits_.reserve(std::max(n, 2 * logits_.capacity()));
+  if (logits_.data() == logits_pinned_) return;
+  backend_.unpin_host(logits_pinned_);
+  logits_pinned_ = logits_.data();
+  backend_.pin_host(logits_pinned_, logits_.capacity() * sizeof(float));
 }
 
 uint64_t Engine::submit(GenerationRequest req) {
@@ -461,9 +470,11 @@ bool Engine::step_round() {
       in.states.step.push_back(it.decode ? 1 : 0);
     }
   }
-  std::vector<float> logits;
+  reserve_logits(in.logit_rows.size() * static_cast<size_t>(model_.vocab_size()));
+  std::vector<float>& logits = logits_;
   try {
     model_.forward(in, *kv_, logits);
+    reserve_logits(logits.size());  // a model that grew the buffer itself gets it pinned again
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
     for (int slot : pending) state_pool_.release(slot);

@@ -154,6 +154,10 @@ class Engine {
   StatePool state_pool_;
   Tensor states_;             // [slots x state_floats_] backend memory
   std::vector<float> zero_state_;
+  // A round's logits, kept across rounds and page-locked by the backend for fast copies.
+  std::vector<float> logits_;
+  void* logits_pinned_ = nullptr;
+  void reserve_logits(size_t n);
   std::vector<std::unique_ptr<Lane>> lanes_;
   Sampler sampler_;
   int max_rows_ = 0;

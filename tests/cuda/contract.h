@@ -40,6 +40,8 @@ std::string matmul_gate(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt,
 // matmul_gate with every m in 1..min(64, M).
 std::string matmul_gate_all(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt, int64_t K,
                             int64_t N, int64_t M, bool bias, uint32_t seed);
+// add_rmsnorm against the cpu, bit-equal to the gpu's add then rmsnorm, and across row batches.
+std::string add_rmsnorm_gate(Backend& gpu, Backend& cpu, int64_t n, bool add_one, uint32_t seed);
 std::string rmsnorm_gate(const RmsFn& f, Backend& gpu, Backend& cpu, DType gdt, int64_t n,
                          bool add_one, uint32_t seed);
 std::string rope_gate(const RopeFn& f, Backend& gpu, Backend& cpu, int n_heads, int head_dim,

@@ -200,6 +200,48 @@ std::string rmsnorm_gate(const RmsFn& f, Backend& gpu, Backend& cpu, DType gdt, 
   return e;
 }
 
+std::string add_rmsnorm_gate(Backend& gpu, Backend& cpu, int64_t n, bool add_one, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t M = 70;
+  HostWeight hg = make_weight(DType::F32, 1, n, rng, true, -2.f, 2.f);
+  auto xs = random_floats(rng, static_cast<size_t>(M * n), -3.f, 3.f);
+  auto as = random_floats(rng, static_cast<size_t>(M * n), -3.f, 3.f);
+  const std::string tag = "add_rmsnorm n=" + std::to_string(n);
+  std::vector<float> ref;
+  {
+    auto g = cpu.load_weight(hg.view);
+    Tensor x = upload(cpu, xs, M, n), a = upload(cpu, as, M, n), y = poisoned(cpu, M, n);
+    cpu.add_rmsnorm(x, a, *g, 1e-5f, add_one, y);
+    ref = host(cpu, y);
+    cpu.free(x), cpu.free(a), cpu.free(y);
+  }
+  auto g = gpu.load_weight(hg.view);
+  Tensor a = upload(gpu, as, M, n);
+  // The fused op against the GPU's own add then rmsnorm: the same bits in x and in y.
+  Tensor x1 = upload(gpu, xs, M, n), y1 = poisoned(gpu, M, n);
+  gpu.add_rmsnorm(x1, a, *g, 1e-5f, add_one, y1);
+  Tensor x2 = upload(gpu, xs, M, n), y2 = poisoned(gpu, M, n);
+  gpu.add(x2, a);
+  gpu.rmsnorm(x2, *g, 1e-5f, add_one, y2);
+  const auto fx = host(gpu, x1), fy = host(gpu, y1);
+  std::string e = close(fy, ref, abs_of(ref), 1e-4, tag);
+  if (e.empty() && !same_bits(fx.data(), host(gpu, x2).data(), M * n)) e = tag + ": x differs from add";
+  if (e.empty() && !same_bits(fy.data(), host(gpu, y2).data(), M * n))
+    e = tag + ": y differs from add then rmsnorm";
+  for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{64}}) {
+    if (!e.empty()) break;
+    const int64_t off = offset_for(m, M);
+    Tensor xm = upload(gpu, std::vector<float>(xs.begin() + off * n, xs.begin() + (off + m) * n), m, n);
+    Tensor ym = poisoned(gpu, m, n);
+    gpu.add_rmsnorm(xm, a.slice_rows(off, m), *g, 1e-5f, add_one, ym);
+    if (!same_bits(host(gpu, ym).data(), fy.data() + off * n, m * n))
+      e = tag + ": rows differ when computed in a batch of " + std::to_string(m);
+    gpu.free(xm), gpu.free(ym);
+  }
+  gpu.free(a), gpu.free(x1), gpu.free(y1), gpu.free(x2), gpu.free(y2);
+  return e;
+}
+
 std::string rope_gate(const RopeFn& f, Backend& gpu, Backend& cpu, int n_heads, int head_dim,
                       int rot_dim, bool neox, float mscale, uint32_t seed) {
   std::mt19937 rng(seed);

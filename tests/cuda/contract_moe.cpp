@@ -270,6 +270,12 @@ std::vector<MoeCase> moe_kernel_cases() {
   add(spec(DType::F16, 72, 1003, 12, 3, true, Act::GeluTanh), 33, 93);
   add(spec(DType::Q8_0, 256, 96, 20, 5, true, Act::SiLU), 50, 94);
   add(sigmoid_spec(), 45, 95);
+  // Nemotron-H's routing: one group, 128 experts (the warp's shortcut past group choice).
+  MoeSpec one_group = sigmoid_spec();
+  one_group.E = 128, one_group.n_group = 1, one_group.topk_group = 1;
+  add(one_group, 37, 102);
+  // Slices of two and more weight steps in the grouped matmul.
+  add(spec(DType::BF16, 2048, 4224, 4, 2, true, Act::SiLU), 24, 101);
   MoeSpec nonorm = spec(DType::BF16, 64, 64, 130, 8, true, Act::SiLU);
   nonorm.norm = false;
   add(nonorm, 20, 96);

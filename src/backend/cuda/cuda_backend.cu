@@ -61,6 +61,11 @@ const CudaKv& as_cuda_kv(const KvStorage& kv, const char* op) {
   return *c;
 }
 
+CudaWeight::CudaWeight(ByteCounter counter) : counter_(std::move(counter)) {
+  static std::atomic<uint64_t> next{1};
+  id = next.fetch_add(1);
+}
+
 CudaWeight::~CudaWeight() {
   cudaFree(data);
   cudaFree(scales);
@@ -307,6 +312,16 @@ std::unique_ptr<Weight> CudaBackend::load_weight(const TensorView& view) {
     upload_bytes(w->f32, dec.data(), n * 4);
   }
   return w;
+}
+
+void CudaBackend::pin_host(void* p, uint64_t bytes) {
+  if (p == nullptr || bytes == 0) return;
+  // Pageable memory still works, only slower: a refusal (a locked-memory limit) is not an error.
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) cudaGetLastError();
+}
+
+void CudaBackend::unpin_host(void* p) {
+  if (p != nullptr && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 // Host layout as the cpu backend: per layer, the page's K rows then its V rows.

@@ -18,8 +18,9 @@ struct OpProfile;
 // int8 values [rows x cols] plus one f32 scale per block of 32 ([rows x cols / 32]).
 class CudaWeight : public Weight {
  public:
-  CudaWeight(ByteCounter counter) : counter_(std::move(counter)) {}
+  CudaWeight(ByteCounter counter);
   ~CudaWeight() override;
+  uint64_t id = 0;           // unique per weight made, never reused (unlike addresses)
   void* data = nullptr;      // F32/F16/BF16: rows x cols of that type; Q8_0: int8 values
   float* scales = nullptr;   // Q8_0 only: f32 scale of each block of 32
   float* f32 = nullptr;      // 1-row weights only: the values decoded to f32
@@ -71,6 +72,9 @@ struct GroupedRows {
   const float* x2 = nullptr;
 };
 
+// The owners of CudaBackend::buffer's slots: the MoE layer's eight, then matmul's split x.
+enum BufferSlot : int { kSlotMoe = 0, kSlotMoeCount = 8, kSlotSplitX = kSlotMoe + kSlotMoeCount };
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -87,6 +91,8 @@ class CudaBackend : public Backend {
                                       int head_dim) override;
   uint64_t device_bytes_in_use() const override { return blocks_.bytes_in_use(); }
   uint64_t device_memory_total() const override;
+  void pin_host(void* p, uint64_t bytes) override;
+  void unpin_host(void* p) override;
   void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
   void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
 
@@ -94,6 +100,7 @@ class CudaBackend : public Backend {
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) override;
   void matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) override;
   void rmsnorm(const Tensor& x, const Weight& g, float eps, bool add_one, Tensor y) override;
+  void add_rmsnorm(Tensor x, const Tensor& a, const Weight& g, float eps, bool add_one, Tensor y) override;
   void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) override;
   void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) override;
   void add(Tensor y, const Tensor& x) override;
@@ -130,7 +137,7 @@ class CudaBackend : public Backend {
   // equal matmul's for the same row and weight.
   void matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt, int64_t N,
                       float* y);
-  // A device buffer of at least n bytes kept for one use (slot) across calls.
+  // A device buffer of at least n bytes kept for one use (slot, a BufferSlot) across calls.
   void* buffer(int slot, uint64_t n);
 
   // Device scratch of at least n bytes for one op's metadata; the next op reuses it, which
@@ -189,7 +196,8 @@ class CudaBackend : public Backend {
   std::vector<Buffer> buffers_;
   struct ExpertTable {
     ExpertPtr* table = nullptr;
-    const void* tag = nullptr;  // the first expert's up data when the table was made
+    uint64_t tag = 0;  // the first expert's up weight id when the table was made
+    size_t experts = 0;
     uint64_t bytes = 0;
   };
   std::unordered_map<const Weight*, ExpertTable> expert_ptrs_;  // by the first expert's up weight

@@ -3,7 +3,7 @@
 //
 // Order rule: the router's probabilities (softmax) or scores (sigmoid) are computed per row as
 // topk_softmax / topk_sigmoid_grouped compute them, and each row's choices are made by one warp
-// (softmax) or one thread (sigmoid) with the same ranking (a total order, so a warp's reduction
+// with the same ranking (a total order, so a warp's reduction
 // cannot change a choice) and the same sums in the same order. An expert's rows run through the
 // grouped matmul, whose per-row bits are matmul's. Row r's output starts at 0 and adds
 // weight * expert output for its chosen experts in increasing expert index.
@@ -23,7 +23,8 @@ constexpr int kMaxExperts = 1024;
 constexpr int kMaxK = 32;
 constexpr int kRowsPerItem = 16;  // rows of one grouped-matmul work item (the skinny kernel's M)
 
-enum Slot { kProb, kIdx, kWeight, kOrder, kItems, kGate, kUp, kDown };
+enum Slot { kProb = kSlotMoe, kIdx, kWeight, kOrder, kItems, kGate, kUp, kDown };
+static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has eight buffer slots");
 
 __global__ void moe_softmax_kernel(const float* logits, int64_t n, float* prob) {
   __shared__ float sh[kRouteThreads];
@@ -46,8 +47,6 @@ __device__ __forceinline__ float nan_low(float v) { return isnan(v) ? -INFINITY 
 __device__ __forceinline__ bool ranks_before_nan(float va, int a, float vb, int b) {
   return ranks_before(nan_low(va), a, nan_low(vb), b);
 }
-
-__device__ __forceinline__ bool taken(const uint32_t* mask, int i) { return (mask[i / 32] >> (i % 32)) & 1u; }
 
 // The warp's best (value, index) by ranks_before; every lane gets the same pair. Lanes with no
 // candidate pass index -1.
@@ -81,50 +80,68 @@ __device__ void route_softmax_row(int r, const float* prob, int n, int k, bool n
     if (lane == 0) ir[j] = bi;
   }
   __syncwarp();
-  if (lane != 0) return;
-  float ksum = 0.0f;
-  for (int j = 0; j < k; ++j) ksum = ksum + p[ir[j]];
-  for (int j = 0; j < k; ++j) wr[j] = norm ? p[ir[j]] / ksum : p[ir[j]];
+  if (lane == 0) {
+    float ksum = 0.0f;
+    for (int j = 0; j < k; ++j) ksum = ksum + p[ir[j]];
+    for (int j = 0; j < k; ++j) wr[j] = norm ? p[ir[j]] / ksum : p[ir[j]];
+  }
+  __syncwarp();
 }
 
-// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one thread.
+// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one warp: lane l scores groups l,
+// l + 32, ... and holds experts l, l + 32, ...; every choice is the warp's best by the same total
+// order the serial form uses, and lane 0 sums the chosen scores in rank order. Every lane stays to
+// the end of the row, so the next row's shuffles start together.
 __device__ void route_sigmoid_row(int r, const float* score, const float* bias, int n, int n_group,
                                   int topk_group, int k, bool norm, float scale, int32_t* idx,
                                   float* w) {
+  const int lane = threadIdx.x % 32;
   const float* s = score + static_cast<int64_t>(r) * n;
   auto biased = [&](int i) { return bias ? s[i] + bias[i] : s[i]; };
   const int gsize = n / n_group;
   uint32_t gmask = 0;  // chosen groups (n_group <= 32)
-  for (int t = 0; t < topk_group; ++t) {
-    int bg = -1;
-    float bgv = 0.0f;
-    for (int gi = 0; gi < n_group; ++gi) {
-      if ((gmask >> gi) & 1u) continue;
+  if (topk_group >= n_group) {
+    gmask = n_group == 32 ? 0xffffffffu : (1u << n_group) - 1u;
+  } else {
+    // This lane's group value: the sum of its group's best two biased scores.
+    float gv = 0.0f;
+    if (lane < n_group) {
       int b1 = -1, b2 = -1;
-      for (int i = gi * gsize; i < (gi + 1) * gsize; ++i) {
+      for (int i = lane * gsize; i < (lane + 1) * gsize; ++i) {
         if (b1 < 0 || ranks_before_nan(biased(i), i, biased(b1), b1)) b2 = b1, b1 = i;
         else if (b2 < 0 || ranks_before_nan(biased(i), i, biased(b2), b2)) b2 = i;
       }
-      const float gv = b2 < 0 ? biased(b1) : biased(b1) + biased(b2);
-      if (bg < 0 || ranks_before_nan(gv, gi, bgv, bg)) bg = gi, bgv = gv;
+      gv = nan_low(b2 < 0 ? biased(b1) : biased(b1) + biased(b2));
     }
-    gmask |= 1u << bg;
+    for (int t = 0; t < topk_group; ++t) {
+      float bv = gv;
+      int bg = lane < n_group && !((gmask >> lane) & 1u) ? lane : -1;
+      warp_best(bv, bg);
+      gmask |= 1u << bg;
+    }
   }
-  uint32_t mask[kMaxExperts / 32] = {};
   int32_t* ir = idx + static_cast<int64_t>(r) * k;
   float* wr = w + static_cast<int64_t>(r) * k;
+  uint32_t mine = 0;  // bit j: expert lane + 32 j is taken
   for (int j = 0; j < k; ++j) {
-    int best = -1;
-    for (int i = 0; i < n; ++i) {
-      if (!((gmask >> (i / gsize)) & 1u) || taken(mask, i)) continue;
-      if (best < 0 || ranks_before_nan(biased(i), i, biased(best), best)) best = i;
+    float bv = 0.0f;
+    int bi = -1;
+    for (int t = 0, i = lane; i < n; ++t, i += 32) {
+      if (((mine >> t) & 1u) || !((gmask >> (i / gsize)) & 1u)) continue;
+      const float v = nan_low(biased(i));
+      if (bi < 0 || ranks_before(v, i, bv, bi)) bv = v, bi = i;
     }
-    mask[best / 32] |= 1u << (best % 32);
-    ir[j] = best;
+    warp_best(bv, bi);
+    if (bi % 32 == lane) mine |= 1u << (bi / 32);
+    if (lane == 0) ir[j] = bi;
   }
-  float sum = 0.0f;
-  for (int j = 0; j < k; ++j) sum = sum + s[ir[j]];
-  for (int j = 0; j < k; ++j) wr[j] = (norm ? s[ir[j]] / (sum + 1e-20f) : s[ir[j]]) * scale;
+  __syncwarp();
+  if (lane == 0) {
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum = sum + s[ir[j]];
+    for (int j = 0; j < k; ++j) wr[j] = (norm ? s[ir[j]] / (sum + 1e-20f) : s[ir[j]]) * scale;
+  }
+  __syncwarp();
 }
 
 // Pairs (row * k + rank) listed by expert, rows ascending within an expert, and the work items of
@@ -160,17 +177,15 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   }
 }
 
-// One block routes every row (softmax: a warp per row; sigmoid: a thread per row), then lists
+// One block routes every row (a warp per row), then lists
 // the pairs by expert.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int32_t* items, int32_t* n_items) {
-  if (kSigmoid) {
-    for (int r = threadIdx.x; r < rows; r += blockDim.x)
-      route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
-  } else {
-    for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) route_softmax_row(r, prob, n, k, norm, idx, w);
+  for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) {
+    if (kSigmoid) route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
+    else route_softmax_row(r, prob, n, k, norm, idx, w);
   }
   __syncthreads();  // the block's global writes of idx are seen by all its threads after this
   moe_lists(idx, rows * k, n, order, items, n_items);
@@ -212,11 +227,12 @@ void* CudaBackend::buffer(int slot, uint64_t n) {
 }
 
 const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
-  // A weight freed and another made at its address has other device data: the table is remade.
-  const void* tag = as_cuda(*ex.up[0], "moe_experts").data;
-  auto it = expert_ptrs_.find(ex.up[0]);
-  if (it != expert_ptrs_.end() && it->second.tag == tag) return it->second.table;
+  // A weight freed and another made at its host and device addresses is a new weight (new id):
+  // the table is remade.
+  const uint64_t tag = as_cuda(*ex.up[0], "moe_experts").id;
   const size_t E = ex.up.size();
+  auto it = expert_ptrs_.find(ex.up[0]);
+  if (it != expert_ptrs_.end() && it->second.tag == tag && it->second.experts == E) return it->second.table;
   if (it != expert_ptrs_.end()) {
     cudaFree(it->second.table);
     blocks_.counter()->fetch_sub(it->second.bytes);
@@ -235,7 +251,7 @@ const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
   TF_CUDA_CHECK(cudaMalloc(&d, host.size() * sizeof(ExpertPtr)), "moe_experts: expert table");
   blocks_.counter()->fetch_add(host.size() * sizeof(ExpertPtr));
   upload_bytes(d, host.data(), host.size() * sizeof(ExpertPtr));
-  expert_ptrs_[ex.up[0]] = ExpertTable{static_cast<ExpertPtr*>(d), tag, host.size() * sizeof(ExpertPtr)};
+  expert_ptrs_[ex.up[0]] = ExpertTable{static_cast<ExpertPtr*>(d), tag, E, host.size() * sizeof(ExpertPtr)};
   return static_cast<ExpertPtr*>(d);
 }
 

@@ -43,18 +43,28 @@ __device__ __forceinline__ float4 norm4(float4 x, float4 g, float inv, bool add_
                      norm_elem(x.z, g.z, inv, add_one), norm_elem(x.w, g.w, inv, add_one));
 }
 
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 // Order (depends on n only): chunk i/4 to thread (i/4) % 256, which adds squares in increasing i;
 // then warp_sum's butterfly, then warps 0..7 in order; float4 or scalar loads give the same bits.
+// kAdd: each element of x first becomes x + a (as add computes it) and is stored back; the
+// barrier before the normalization makes the stores visible to the threads that read them.
+template <bool kAdd>
 __global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_kernel(const float* x, const float* g, float eps, bool add_one, int64_t n, float* y) {
+    rmsnorm_kernel(float* x, const float* a, const float* g, float eps, bool add_one, int64_t n,
+                   float* y) {
   __shared__ float warp_sums[kNormThreads / 32];
-  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  const float* ar = kAdd ? a + static_cast<int64_t>(blockIdx.x) * n : nullptr;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
   const int t = threadIdx.x;
   const int64_t nc = n / 4;
   const bool vec = ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr) |
-                     reinterpret_cast<uintptr_t>(g)) & 15u) == 0;
-  const auto* x4 = reinterpret_cast<const float4*>(xr);
+                     reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(ar)) & 15u) == 0;
+  auto* x4 = reinterpret_cast<float4*>(xr);
+  const auto* a4 = reinterpret_cast<const float4*>(ar);
   const auto* g4 = reinterpret_cast<const float4*>(g);
   float4 xv[kNormCache], gv[kNormCache];
   float s = 0.0f;
@@ -65,6 +75,7 @@ __global__ void __launch_bounds__(kNormThreads)
       const int64_t c = t + static_cast<int64_t>(k) * kNormThreads;
       xv[k] = c < nc ? x4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       gv[k] = c < nc ? g4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (kAdd && c < nc) x4[c] = xv[k] = add4(xv[k], a4[c]);
     }
 #pragma unroll
     for (int k = 0; k < kNormCache; ++k)
@@ -72,19 +83,25 @@ __global__ void __launch_bounds__(kNormThreads)
         s = add_squares4(s, xv[k].x, xv[k].y, xv[k].z, xv[k].w);
 #pragma unroll 4
     for (int64_t c = t + static_cast<int64_t>(kNormCache) * kNormThreads; c < nc; c += kNormThreads) {
-      const float4 v = x4[c];
+      float4 v = x4[c];
+      if (kAdd) x4[c] = v = add4(v, a4[c]);
       s = add_squares4(s, v.x, v.y, v.z, v.w);
     }
   } else {
 #pragma unroll 4
     for (int64_t c = t; c < nc; c += kNormThreads) {
-      const float* p = xr + 4 * c;
+      float* p = xr + 4 * c;
+      if (kAdd)
+        for (int e = 0; e < 4; ++e) p[e] = p[e] + ar[4 * c + e];
       s = add_squares4(s, p[0], p[1], p[2], p[3]);
     }
   }
   // The short last chunk comes after all of its owner's full chunks.
   if (t == nc % kNormThreads)
-    for (int64_t i = 4 * nc; i < n; ++i) s = __fadd_rn(s, __fmul_rn(xr[i], xr[i]));
+    for (int64_t i = 4 * nc; i < n; ++i) {
+      if (kAdd) xr[i] = xr[i] + ar[i];
+      s = __fadd_rn(s, __fmul_rn(xr[i], xr[i]));
+    }
   s = warp_sum(s);
   if ((t & 31) == 0) warp_sums[t >> 5] = s;
   __syncthreads();
@@ -257,9 +274,28 @@ void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add
            "] into y [", y.rows, " x ", y.cols, "]");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "rmsnorm: ", x.rows, " rows");
-  rmsnorm_kernel<<<static_cast<unsigned>(x.rows), kNormThreads>>>(x.data, g.f32, eps, add_one,
-                                                                  x.cols, y.data);
+  rmsnorm_kernel<false><<<static_cast<unsigned>(x.rows), kNormThreads>>>(x.data, nullptr, g.f32, eps,
+                                                                         add_one, x.cols, y.data);
   check_launch("rmsnorm");
+}
+
+void CudaBackend::add_rmsnorm(Tensor x, const Tensor& a, const Weight& gw, float eps, bool add_one,
+                              Tensor y) {
+  const ProfScope prof(*this, "add_rmsnorm", nullptr, x.rows);
+  const CudaWeight& g = as_cuda(gw, "add_rmsnorm");
+  check_tensor(x, "add_rmsnorm", "x");
+  check_tensor(a, "add_rmsnorm", "a");
+  check_tensor(y, "add_rmsnorm", "y");
+  TF_CHECK(a.rows == x.rows && a.cols == x.cols && x.rows == y.rows && x.cols == y.cols &&
+               g.rows == 1 && g.cols == x.cols && x.cols > 0,
+           "add_rmsnorm: x [", x.rows, " x ", x.cols, "] += a [", a.rows, " x ", a.cols, "] with ",
+           g.name, " [", g.rows, " x ", g.cols, "] into y [", y.rows, " x ", y.cols, "]");
+  TF_CHECK(y.data != x.data && y.data != a.data, "add_rmsnorm: y must not alias x or a");
+  if (x.rows == 0) return;
+  TF_CHECK(x.rows <= 0x7fffffff, "add_rmsnorm: ", x.rows, " rows");
+  rmsnorm_kernel<true><<<static_cast<unsigned>(x.rows), kNormThreads>>>(x.data, a.data, g.f32, eps,
+                                                                        add_one, x.cols, y.data);
+  check_launch("add_rmsnorm");
 }
 
 void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) {
