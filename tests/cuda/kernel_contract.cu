@@ -1,6 +1,6 @@
 // tf_kernel_contract: every CUDA kernel against the cpu backend, its batch invariance, and
 // planted faults that the same gates must catch. Exits 0 with a message when there is no GPU.
-//   tf_kernel_contract [--bench]
+//   tf_kernel_contract [--bench] [--filter SUBSTRING]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -157,6 +157,19 @@ std::vector<Case> kernels() {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 4096, 72, 80,
                                     {1, 2, 8, 9, 16, 17, 40, 64, 65, 80}, true, 16);
                }});
+  // Few rows whose slices span several weight steps, so loads of the next step are in flight.
+  v.push_back({"matmul BF16 17x4096x4096 multi-step slices (every m)", [](Backend& g, Backend& c) {
+                 return matmul_gate_all(real_matmul(), g, c, DType::BF16, 4096, 4096, 17, true, 20);
+               }});
+  v.push_back({"matmul F16 12x2048x8192 multi-step slices (every m)", [](Backend& g, Backend& c) {
+                 return matmul_gate_all(real_matmul(), g, c, DType::F16, 2048, 8192, 12, false, 22);
+               }});
+  // Partials past 64 MiB, so the many-row tiles fold their slices; K = 1000 ends on a partial
+  // chunk, and the smaller batches take the slice-per-block form.
+  v.push_back({"matmul BF16 1100x1000x8192 folding tiles (sampled m)", [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::BF16, 1000, 8192, 1100,
+                                    {1, 16, 17, 64, 65, 300, 1100}, true, 19);
+               }});
   v.push_back({"matmul F16 70x1003x40 split-K odd K (sampled m)", [](Backend& g, Backend& c) {
                  return matmul_gate(real_matmul(), g, c, DType::F16, 1003, 40, 70,
                                     {1, 3, 8, 9, 16, 17, 33, 64, 65, 70}, false, 17);
@@ -172,6 +185,10 @@ std::vector<Case> kernels() {
   v.push_back({"rmsnorm F32 n=4096", [](Backend& g, Backend& c) {
                  return rmsnorm_gate(real_rmsnorm(), g, c, DType::F32, 4096, false, 21);
                }});
+  for (int64_t n : {int64_t{4096}, int64_t{333}, int64_t{2688}})
+    v.push_back({"add_rmsnorm n=" + std::to_string(n) + (n == 333 ? " add_one" : ""), [n](Backend& g, Backend& c) {
+                   return add_rmsnorm_gate(g, c, n, n == 333, 23);
+                 }});
   v.push_back({"rmsnorm BF16 n=333 add_one", [](Backend& g, Backend& c) {
                  return rmsnorm_gate(real_rmsnorm(), g, c, DType::BF16, 333, true, 22);
                }});
@@ -302,7 +319,16 @@ std::vector<Case> controls() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool bench = argc > 1 && std::strcmp(argv[1], "--bench") == 0;
+  bool bench = false;
+  std::string filter;  // --filter S: only the kernel cases whose names contain S, no controls
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--bench") == 0) bench = true;
+    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    else {
+      std::printf("usage: tf_kernel_contract [--bench] [--filter SUBSTRING]\n");
+      return 2;
+    }
+  }
   if (cuda_device_count() == 0) {
     std::printf("SKIP: no CUDA device or driver here; the kernel contract needs a GPU\n");
     return 0;
@@ -312,7 +338,11 @@ int main(int argc, char** argv) {
     auto cpu = make_cpu_backend(2);
     std::printf("gpu backend: %s, reference: %s\n", gpu->name().c_str(), cpu->name().c_str());
     int passed = 0, caught = 0;
-    const auto ks = kernels(), cs = controls();
+    auto ks = kernels(), cs = controls();
+    if (!filter.empty()) {
+      std::erase_if(ks, [&](const Case& c) { return c.name.find(filter) == std::string::npos; });
+      cs.clear();
+    }
     for (const auto& c : ks) {
       const std::string e = guarded(c, *gpu, *cpu);
       passed += e.empty();

@@ -109,6 +109,11 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
 }
 
 
+// More than 16 rows of BF16 weights with K % 8 == 0 on the split sp, x split once and tiles
+// streamed by cp.async (cuda_matmul_pipe.cu); false when the shape is not one it takes.
+bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                      Tensor y, const SplitArgs& sp);
+
 // Few-row (M <= 16) matmul on the split sp (cuda_matmul_few.cu).
 void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                      Tensor y, const SplitArgs& sp);

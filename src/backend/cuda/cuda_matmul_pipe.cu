@@ -1,0 +1,255 @@
+// Matmul for more than 16 rows with BF16 weights: x is split once into bf16 hi and lo planes,
+// then tiles of both planes and of w stream into shared memory by cp.async through a ring of
+// stages, so loads of later k tiles are in flight while a tile computes. The mma operands, their
+// slots and the chains are the order rule's (cuda_matmul.cuh), so the bits are matmul's.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/cuda_matmul.cuh"
+
+namespace tf::cuda::mm {
+
+namespace {
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K); one thread per 8 k.
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
+                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = Kp / 8;
+  if (i >= M * groups) return;
+  const int64_t r = i / groups, k = (i % groups) * 8;
+  const float* row = x + r * K;
+  float v[8];
+  if (vec && k + 8 <= K) {
+    const float4 p = *reinterpret_cast<const float4*>(row + k);
+    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = k + e < K ? row[k + e] : 0.0f;
+  }
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
+    h[e] = pack2(h0, h1);
+    l[e] = pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1));
+  }
+  *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+// The 16-byte chunk of row `row` where chunk c of a BK-wide tile row is kept: rows of 128 bytes
+// swap halves on odd rows, so a quarter warp's 16-byte reads of two rows hit distinct banks (rows
+// of 64 bytes already do).
+template <int BK>
+__device__ __forceinline__ int chunk_at(int row, int c) {
+  return BK == 32 ? c : c ^ ((row & 1) * 4);
+}
+
+// One block computes a BM x BN tile of y through ST stages of [x hi | x lo | w] tiles of BK k
+// (one or two chunks of the order rule). kGrid: blockIdx.z is the slice and partials meet in
+// sp.part; otherwise the block walks every slice and folds each slice's chain into y as it ends.
+template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid>
+__global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
+    pipe_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
+                int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
+                const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp) {
+  constexpr int kThreads = WM * WN * 32, TM = BM / WM / 16, TN = BN / WN / 8;
+  constexpr int kRows = 2 * BM + BN, kStage = kRows * BK, kCpr = BK / 8;  // 16-byte chunks a row
+  static_assert(BK == 32 || BK == 64, "one or two chunks a tile");
+  static_assert(kSliceUnit % BK == 0, "a tile never crosses a slice");
+  static_assert(kRows * kCpr % kThreads == 0, "a stage's 16-byte copies split evenly over threads");
+  extern __shared__ __align__(16) uint16_t smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int wm = warp / WN, wn = warp % WN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  int64_t kbeg = 0, kend = K;
+  if (kGrid) {
+    kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
+    kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  }
+  const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
+  // Issues the copies of tile t into its stage; rows past M or N and k past K are zero-filled.
+  auto load = [&](int t) {
+    uint16_t* s = smem + (t % ST) * kStage;
+    const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
+#pragma unroll
+    for (int u = 0; u < kRows * kCpr / kThreads; ++u) {
+      const int i = tid + u * kThreads, row = i / kCpr, c = i % kCpr;
+      const uint16_t* src;
+      bool ok;
+      if (row < 2 * BM) {
+        const int64_t gr = m0 + row % BM;
+        ok = gr < M && k0 + 8 * c < Kp;
+        src = (row < BM ? xh : xl) + (ok ? gr * Kp + k0 + 8 * c : 0);
+      } else {
+        const int64_t gn = n0 + (row - 2 * BM), gk = k0 + 8 * c;
+        ok = gn < N && gk < K;  // K % 8 == 0: a copy is all inside K or all past it
+        src = w + (ok ? gn * K + gk : 0);
+      }
+      cp_async16(s + row * BK + 8 * chunk_at<BK>(row, c), src, ok);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < ST - 1; ++t) {
+    if (t < tiles) load(t);
+    cp_async_commit();
+  }
+  float acc[TM][TN][4];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  bool have_tot = false;
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<ST - 2>();
+    __syncthreads();  // tile t has landed and every warp is done with the stage refilled next
+    if (t + ST - 1 < tiles) load(t + ST - 1);
+    cp_async_commit();
+    const uint16_t* s = smem + (t % ST) * kStage;
+    const uint16_t *Ah = s, *Al = s + BM * BK, *Bs = s + 2 * BM * BK;
+    const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
+#pragma unroll
+    for (int cb = 0; cb < BK / 32; ++cb) {
+      if (k0 + 32 * cb >= kend) break;  // a chunk starting past the slice is not in the chain
+      const int c = cb * 4 + t4;  // this thread's chunk: 8 consecutive k
+      // One 16-byte read holds a thread's operands of both steps: words 2 st and 2 st + 1.
+      uint4 b[TN];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int rb = wn * TN * 8 + j * 8 + g;
+        b[j] = *reinterpret_cast<const uint4*>(Bs + rb * BK + 8 * chunk_at<BK>(rb, c));
+      }
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int r = wm * TM * 16 + i * 16 + g;
+        const int o0 = r * BK + 8 * chunk_at<BK>(r, c);
+        const int o1 = (r + 8) * BK + 8 * chunk_at<BK>(r + 8, c);
+        const uint4 h0 = *reinterpret_cast<const uint4*>(Ah + o0);
+        const uint4 h1 = *reinterpret_cast<const uint4*>(Ah + o1);
+        const uint4 l0 = *reinterpret_cast<const uint4*>(Al + o0);
+        const uint4 l1 = *reinterpret_cast<const uint4*>(Al + o1);
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          const uint32_t a[4] = {st ? h0.z : h0.x, st ? h1.z : h1.x,  //
+                                 st ? h0.w : h0.y, st ? h1.w : h1.y};
+          const uint32_t al[4] = {st ? l0.z : l0.x, st ? l1.z : l1.x,  //
+                                  st ? l0.w : l0.y, st ? l1.w : l1.y};
+#pragma unroll
+          for (int j = 0; j < TN; ++j) {
+            const uint32_t b0 = st ? b[j].z : b[j].x, b1 = st ? b[j].w : b[j].y;
+            mma_bf16(acc[i][j], a, b0, b1);
+            mma_bf16(acc[i][j], al, b0, b1);
+          }
+        }
+      }
+    }
+    const int64_t k1 = k0 + BK;
+    if (!kGrid && (k1 >= K || k1 % sp.ks == 0)) {
+      // The slice ends here: its chain joins the running total (kept in y) in slice order.
+      const bool last = k1 >= K;
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
+            const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
+            if (r < M && c < N) {
+              float v = have_tot ? __fadd_rn(y[r * N + c], acc[i][j][e]) : acc[i][j][e];
+              if (last && bias) v = __fadd_rn(v, bias[c]);
+              y[r * N + c] = v;
+            }
+            acc[i][j][e] = 0.0f;
+          }
+      have_tot = true;
+    }
+  }
+  if (!kGrid) return;
+  const bool partial = sp.s > 1;
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
+        const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
+        if (r >= M || c >= N) continue;
+        if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = acc[i][j][e];
+        else y[r * N + c] = bias ? __fadd_rn(acc[i][j][e], bias[c]) : acc[i][j][e];
+      }
+  const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
+  if (partial && arrive_last(sp.counters + blockIdx.y * gridDim.x + blockIdx.x, sp.s))
+    reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid>
+void launch(CudaBackend& be, const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
+            const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
+  constexpr int kSmem = ST * (2 * BM + BN) * BK * 2;
+  auto kern = pipe_matmul<BM, BN, BK, WM, WN, ST, kMinBlocks, kGrid>;
+  static bool raised = false;  // one attribute call per instantiation
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
+                  static_cast<unsigned>((x.rows + BM - 1) / BM),
+                  static_cast<unsigned>(kGrid ? sp.s : 1));
+  if (kGrid && sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
+  }
+  kern<<<grid, WM * WN * 32, kSmem>>>(xh, xl, x.rows, x.cols, Kp,
+                                      static_cast<const uint16_t*>(w.data), bias, y.data, y.cols,
+                                      sp);
+}
+
+}  // namespace
+
+bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                      Tensor y, const SplitArgs& sp) {
+  // TF_CUDA_PIPE=0 leaves these shapes to the single-stage tiles, for side-by-side timing.
+  static const bool off = [] {
+    const char* e = std::getenv("TF_CUDA_PIPE");
+    return e && std::string(e) == "0";
+  }();
+  if (off || w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16) return false;
+  const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
+  auto* hi = static_cast<uint16_t*>(
+      be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
+  uint16_t* lo = hi + M * Kp;
+  const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
+  split_x_kernel<<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
+  // Slices as blocks of their own fill the card best (measured against folding tiles); past
+  // kMaxPartials the tiles fold their slices in place, keeping the partials' memory bounded.
+  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
+  if (static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) <= kMaxPartials)
+    launch<64, 128, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
+  else
+    launch<64, 128, 64, 2, 4, 3, 2, false>(be, hi, lo, Kp, x, w, bias, y, sp);
+  return true;
+}
+
+}  // namespace tf::cuda::mm
