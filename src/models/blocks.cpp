@@ -226,7 +226,8 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   const int E = static_cast<int>(m.experts.size());
   Tensor router{s.router.data, rows, E};
   b.matmul(in, *m.router, nullptr, router);
-  Tensor acc{s.moe_acc.data, rows, in.cols};
+  // Without a shared expert the routed sum is the output itself.
+  Tensor acc = m.shared ? Tensor{s.moe_acc.data, rows, in.cols} : out;
   MoeRoute route;
   route.k = m.top_k;
   route.norm = m.norm_topk;
@@ -244,8 +245,6 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
       b.mul_sigmoid_rows(out, g);
     }
     b.add(out, acc);
-  } else {
-    b.copy(acc, out);
   }
 }
 

@@ -60,6 +60,7 @@ struct SplitArgs {
   int s;       // slice count
   float* part;  // [s][M][N] partial sums (s > 1 and one block per slice)
   unsigned* counters;
+  bool fold = false;  // few rows: one block walks every slice, folding each sum in slice order
 };
 
 // The K split, a function of K and N only, so a row's chains never depend on the batch.
@@ -67,8 +68,8 @@ inline SplitArgs split_for(int64_t K, int64_t N) {
   const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
   const int64_t want = std::min<int64_t>(64, (kTargetBlocks + tiles - 1) / tiles);
   int64_t ks = ((K + want - 1) / want + kSliceUnit - 1) / kSliceUnit * kSliceUnit;
-  if (ks >= K) return {K, 1, nullptr, nullptr};
-  return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr};
+  if (ks >= K) return {K, 1, nullptr, nullptr, false};
+  return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr, false};
 }
 
 __device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {

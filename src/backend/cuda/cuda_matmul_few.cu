@@ -56,7 +56,8 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 // from memory, 8 consecutive k per lane (16 bytes for BF16/F16), the next step's loads in flight
 // while a step computes. A step is kSkinnyUnroll chunks; the block first splits the step's x into
 // operand words in shared memory once for all its warps (rows past M as zeros).
-// kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices).
+// kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices), or with sp.fold (column
+// tiles, 1) and each block folds its tile's slice sums in slice order, as the last block would.
 // kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
 // gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
 // kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
@@ -101,12 +102,13 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
     tile += blockIdx.z * gridDim.x;
   }
   const int64_t n0 = static_cast<int64_t>(bx) * kSkinnyBN, nw = n0 + warp * 8;
-  const int64_t kbeg = static_cast<int64_t>(blockIdx.y) * sp.ks;
-  const int64_t kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  const int64_t kbeg = sp.fold ? 0 : static_cast<int64_t>(blockIdx.y) * sp.ks;
+  const int64_t kend = sp.fold ? K : kbeg + sp.ks < K ? kbeg + sp.ks : K;
   const int64_t wr = nw + g;  // the weight row this lane loads
   const bool wlive = wr < N;
   const int64_t c0 = nw + 2 * t4;  // this lane's output columns c0, c0 + 1
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tot[4];
+  bool have_tot = false;
   uint32_t wb[U][4];
   float sc[U][2];
   // Issues the weight (and Q8 scale) loads of the step at kc.
@@ -237,8 +239,21 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
       }
     }
     __syncthreads();  // the next step's split overwrites xs
+    const int64_t k1 = kc + 32 * U;  // a step never crosses a slice: ks is a multiple of it
+    if (sp.fold && (k1 >= K || k1 % sp.ks == 0)) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        tot[e] = have_tot ? __fadd_rn(tot[e], acc[e]) : acc[e];
+        acc[e] = 0.0f;
+      }
+      have_tot = true;
+    }
   }
-  const bool partial = sp.s > 1;
+  if (sp.fold) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] = have_tot ? tot[e] : 0.0f;
+  }
+  const bool partial = !sp.fold && sp.s > 1;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int64_t r = g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
@@ -305,12 +320,15 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
 template <int WT>
 void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRows& gr, float* y,
                     int64_t N, bool vec_w) {
-  const SplitArgs base = split_for(K, N);
-  SplitArgs sp = base;
+  SplitArgs sp = split_for(K, N);
   const int tables = gr.w2 ? 2 : 1;
-  const dim3 grid(static_cast<unsigned>((N + kSkinnyBN - 1) / kSkinnyBN), static_cast<unsigned>(sp.s),
+  const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
+  // Enough (tile, item) blocks to fill the card: each walks its slices and folds them itself,
+  // with no partials or second pass.
+  sp.fold = sp.s > 1 && tiles * tables * gr.max_items >= kTargetBlocks / 2;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(sp.fold ? 1 : sp.s),
                   static_cast<unsigned>(tables * gr.max_items));
-  if (sp.s > 1) {
+  if (sp.s > 1 && !sp.fold) {
     sp.part = be.matmul_partials(static_cast<uint64_t>(tables * sp.s) * gr.pairs * N);
     sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
   }
