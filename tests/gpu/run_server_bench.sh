@@ -10,6 +10,8 @@
 #        builds run), converts it (bench/hf_to_gguf_llama.py), runs bench/bench_servers.py -n 64
 #        -p 512 -g 256 with 64 lanes / slots each, writes $OUT/bench_servers.jsonl and the logs.
 #        Every step is skipped when its output exists, so a rerun on a warm machine continues.
+#   tests/gpu/run_server_bench.sh gpu-prebuilt   ON THE DEVICE: the same run from binaries built
+#        here (see the mode's comment), for sessions whose device time cannot fit the builds.
 #   tests/gpu/run_server_bench.sh cpu-toy   HERE: the same chain at toy scale on the CPU
 #        (tests/fixtures/golden/llama, -n 4 -p 32 -g 16, llama-server built with -DGGML_CUDA=OFF -j2).
 #
@@ -97,6 +99,33 @@ gpu)
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"
   tail -5 "$OUT/bench_servers.err"; cat "$OUT/steps.log" ;;
+gpu-prebuilt)
+  # As gpu, from binaries built elsewhere: $TF_BIN (default .gpubin/tensorfold, its libraries beside
+  # it) and .llamacpp/llama-server-cuda.tar.xz (a stripped llama-server built with -DGGML_CUDA=ON
+  # -DCMAKE_CUDA_ARCHITECTURES=90a -DBUILD_SHARED_LIBS=OFF, libgomp beside it). Carry those files.
+  TF_BIN=${TF_BIN:-.gpubin/tensorfold}
+  MODEL=/dev/shm/l8b; GGUF=/dev/shm/l8b.gguf; LS=/tmp/lsrv
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+  step "start: $(cat "$OUT/gpu.txt")"
+  tar xJf .llamacpp/llama-server-cuda.tar.xz -C /tmp || exit 1
+  export LD_LIBRARY_PATH=$(dirname "$TF_BIN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  for lib in $(ldd "$LS/llama-server" | awk '/not found/ {print $1}'); do
+    found=$(find / -name "$lib" -not -path '/proc/*' 2>/dev/null | head -1)
+    [ -n "$found" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$found")
+    step "library $lib: ${found:-missing}"
+  done
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$LS
+  ldd "$LS/llama-server" | grep "not found" && exit 1
+  python3 scripts/make_random_model.py --shape llama3.1-8b --out "$MODEL" > "$OUT/make_model.log" 2>&1
+  step "random model rc=$?"
+  python3 bench/hf_to_gguf_llama.py "$MODEL" "$GGUF" --hf-tokenizer > "$OUT/convert.log" 2>&1
+  step "convert rc=$? $(tail -1 "$OUT/convert.log")"
+  timeout "${BENCH_TIMEOUT:-420}" python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$MODEL" --device cuda \
+    --llama-bin "$LS/llama-server" --llama-gguf "$GGUF" --llama-args "-ngl 999" \
+    -n 64 -p 512 -g 256 --rounds "${ROUNDS:-2}" --check-prompts 4 --check-tokens 64 \
+    --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
+  step "bench rc=$?"
+  tail -8 "$OUT/bench_servers.err"; cat "$OUT/bench_servers.jsonl"; cat "$OUT/steps.log" ;;
 cpu-toy)
   LLAMA_BIN=${LLAMA_BIN:-build-llama-cpu/bin/llama-server}
   [ -x "$LLAMA_BIN" ] || build_llama build-llama-cpu 2 -DGGML_CUDA=OFF > "$OUT/build_llama_cpu.log" 2>&1 ||
@@ -109,5 +138,5 @@ cpu-toy)
     -n 4 -p 32 -g 16 --check-prompts 4 --json-out "$OUT/bench_servers_toy.jsonl" --logs-dir "$OUT"
   rc=$?; rm -rf "$TOY"; exit $rc ;;
 *)
-  echo "usage: $0 prepare|gpu|cpu-toy" >&2; exit 2 ;;
+  echo "usage: $0 prepare|gpu|gpu-prebuilt|cpu-toy" >&2; exit 2 ;;
 esac
