@@ -116,10 +116,14 @@ gpu-prebuilt)
   done
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$LS
   ldd "$LS/llama-server" | grep "not found" && exit 1
-  python3 scripts/make_random_model.py --shape llama3.1-8b --out "$MODEL" > "$OUT/make_model.log" 2>&1
-  step "random model rc=$?"
-  python3 bench/hf_to_gguf_llama.py "$MODEL" "$GGUF" --hf-tokenizer > "$OUT/convert.log" 2>&1
-  step "convert rc=$? $(tail -1 "$OUT/convert.log")"
+  if [ ! -f "$MODEL/config.json" ]; then
+    python3 scripts/make_random_model.py --shape llama3.1-8b --out "$MODEL" > "$OUT/make_model.log" 2>&1
+    step "random model rc=$?"
+  fi
+  if [ ! -f "$GGUF" ]; then
+    python3 bench/hf_to_gguf_llama.py "$MODEL" "$GGUF" --hf-tokenizer > "$OUT/convert.log" 2>&1
+    step "convert rc=$? $(tail -1 "$OUT/convert.log")"
+  fi
   timeout "${BENCH_TIMEOUT:-420}" python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$MODEL" --device cuda \
     --llama-bin "$LS/llama-server" --llama-gguf "$GGUF" --llama-args "-ngl 999" \
     -n 64 -p 512 -g 256 --rounds "${ROUNDS:-2}" --check-prompts 4 --check-tokens 64 \
