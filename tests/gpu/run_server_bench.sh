@@ -94,7 +94,7 @@ gpu)
   [ -f "$GGUF" ] || { tail -5 "$OUT/make_model.log" "$OUT/convert.log"; exit 1; }
   step "bench start"
   timeout 420 python3 bench/bench_servers.py --tf-bin build-gpu/tensorfold --tf-model "$MODEL" --device cuda \
-    --llama-bin build-llama-cuda/bin/llama-server --llama-gguf "$GGUF" --llama-args "-ngl 999" \
+    --llama-bin build-llama-cuda/bin/llama-server --llama-gguf "$GGUF" "--llama-args=-ngl 999" \
     -n 64 -p 512 -g 256 --rounds 2 --check-prompts 4 --check-tokens 64 \
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"
@@ -125,7 +125,7 @@ gpu-prebuilt)
     step "convert rc=$? $(tail -1 "$OUT/convert.log")"
   fi
   timeout "${BENCH_TIMEOUT:-420}" python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$MODEL" --device cuda \
-    --llama-bin "$LS/llama-server" --llama-gguf "$GGUF" --llama-args "-ngl 999" \
+    --llama-bin "$LS/llama-server" --llama-gguf "$GGUF" "--llama-args=-ngl 999" \
     -n 64 -p 512 -g 256 --rounds "${ROUNDS:-2}" --check-prompts 4 --check-tokens 64 \
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"
@@ -137,8 +137,8 @@ cpu-toy)
   TF_BIN=${TF_BIN:-build/tensorfold}
   TOY=$(mktemp -d); cp tests/fixtures/golden/llama/config.json tests/fixtures/golden/llama/model.safetensors "$TOY"/
   python3 bench/hf_to_gguf_llama.py "$TOY" "$TOY/model.gguf" --hf-tokenizer || exit 1
-  timeout 170 python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$TOY" --device cpu --tf-args "--threads 1" \
-    --llama-bin "$LLAMA_BIN" --llama-gguf "$TOY/model.gguf" --llama-args "-t 1 -ngl 0" \
+  timeout 170 python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$TOY" --device cpu "--tf-args=--threads 1" \
+    --llama-bin "$LLAMA_BIN" --llama-gguf "$TOY/model.gguf" "--llama-args=-t 1 -ngl 0" \
     -n 4 -p 32 -g 16 --check-prompts 4 --json-out "$OUT/bench_servers_toy.jsonl" --logs-dir "$OUT"
   rc=$?; rm -rf "$TOY"; exit $rc ;;
 *)
