@@ -3,10 +3,10 @@
 //
 // Order rule: the router's probabilities (softmax) or scores (sigmoid) are computed per row as
 // topk_softmax / topk_sigmoid_grouped compute them, and each row's choices are made by one warp
-// with the same ranking (a total order, so a warp's reduction
-// cannot change a choice) and the same sums in the same order. An expert's rows run through the
-// grouped matmul, whose per-row bits are matmul's. Row r's output starts at 0 and adds
-// weight * expert output for its chosen experts in increasing expert index.
+// with the same ranking (a total order, so a warp's reduction cannot change a choice) and the
+// same sums in the same order. An expert's rows run through the grouped matmul, whose per-row
+// bits are matmul's. Row r's output starts at 0 and adds weight * expert output for its chosen
+// experts in increasing expert index.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -177,8 +177,7 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   }
 }
 
-// One block routes every row (a warp per row), then lists
-// the pairs by expert.
+// One block routes every row (a warp per row), then lists the pairs by expert.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
