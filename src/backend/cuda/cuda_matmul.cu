@@ -255,19 +255,13 @@ __global__ void __launch_bounds__(WM * WN * 32)
     }
   }
   const bool partial = kGrid && sp.s > 1;
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
-        const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
-        if (r >= M || c >= N) continue;
-        const float v = kGrid ? acc[i][j][e] : Ts[((i * TN + j) * 4 + e) * kThreads + tid];
-        if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = v;
-        else y[r * N + c] = bias ? __fadd_rn(v, bias[c]) : v;
-      }
+  for_each_acc<TM, TN>(m0 + wm * TM * 16 + g, n0 + wn * TN * 8 + t4 * 2,
+                       [&](int i, int j, int e, int64_t r, int64_t c) {
+    if (r >= M || c >= N) return;
+    const float v = kGrid ? acc[i][j][e] : Ts[((i * TN + j) * 4 + e) * kThreads + tid];
+    if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = v;
+    else y[r * N + c] = bias ? __fadd_rn(v, bias[c]) : v;
+  });
   if (partial && arrive_last(sp.counters + blockIdx.y * gridDim.x + blockIdx.x, sp.s))
     reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
 }

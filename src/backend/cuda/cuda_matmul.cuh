@@ -76,6 +76,18 @@ __device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
   return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
 }
 
+// Calls f(i, j, e, r, c) for element e of each m16n8 accumulator (i, j) of a warp tile whose
+// lane's first element is at row r0, column c0 (mma layout: rows + {0, 8}, columns + {0, 1}).
+template <int TM, int TN, class F>
+__device__ __forceinline__ void for_each_acc(int64_t r0, int64_t c0, F f) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(i, j, e, r0 + i * 16 + (e >= 2 ? 8 : 0), c0 + j * 8 + (e & 1));
+}
+
 // After a block stored its partials: true in the block that arrived last at its tile, which
 // then resets the counter for the next launch.
 __device__ __forceinline__ bool arrive_last(unsigned* counter, int slices) {

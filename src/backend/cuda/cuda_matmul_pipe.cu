@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int wm = warp / WN, wn = warp % WN;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int64_t r0 = m0 + wm * TM * 16 + g, c0 = n0 + wn * TN * 8 + t4 * 2;  // this lane's first
   int64_t kbeg = 0, kend = K;
   if (kGrid) {
     kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
@@ -166,38 +167,24 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
     if (!kGrid && (k1 >= K || k1 % sp.ks == 0)) {
       // The slice ends here: its chain joins the running total (kept in y) in slice order.
       const bool last = k1 >= K;
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
-            const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
-            if (r < M && c < N) {
-              float v = have_tot ? __fadd_rn(y[r * N + c], acc[i][j][e]) : acc[i][j][e];
-              if (last && bias) v = __fadd_rn(v, bias[c]);
-              y[r * N + c] = v;
-            }
-            acc[i][j][e] = 0.0f;
-          }
+      for_each_acc<TM, TN>(r0, c0, [&](int i, int j, int e, int64_t r, int64_t c) {
+        if (r < M && c < N) {
+          float v = have_tot ? __fadd_rn(y[r * N + c], acc[i][j][e]) : acc[i][j][e];
+          if (last && bias) v = __fadd_rn(v, bias[c]);
+          y[r * N + c] = v;
+        }
+        acc[i][j][e] = 0.0f;
+      });
       have_tot = true;
     }
   }
   if (!kGrid) return;
   const bool partial = sp.s > 1;
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t r = m0 + wm * TM * 16 + i * 16 + g + (e >= 2 ? 8 : 0);
-        const int64_t c = n0 + wn * TN * 8 + j * 8 + t4 * 2 + (e & 1);
-        if (r >= M || c >= N) continue;
-        if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = acc[i][j][e];
-        else y[r * N + c] = bias ? __fadd_rn(acc[i][j][e], bias[c]) : acc[i][j][e];
-      }
+  for_each_acc<TM, TN>(r0, c0, [&](int i, int j, int e, int64_t r, int64_t c) {
+    if (r >= M || c >= N) return;
+    if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = acc[i][j][e];
+    else y[r * N + c] = bias ? __fadd_rn(acc[i][j][e], bias[c]) : acc[i][j][e];
+  });
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
   if (partial && arrive_last(sp.counters + blockIdx.y * gridDim.x + blockIdx.x, sp.s))
     reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);

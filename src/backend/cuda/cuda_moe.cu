@@ -58,21 +58,19 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
   }
 }
 
-// Row r's k most probable experts by one warp (lane l holds experts l, l + 32, ...), ranked;
-// lane 0 then sums the chosen probabilities in rank order and writes the weights.
-__device__ void route_softmax_row(int r, const float* prob, int n, int k, bool norm, int32_t* idx,
-                                  float* w) {
+// The k best of experts 0..n-1 by one warp (lane l holds l, l + 32, ...): k rounds of the warp's
+// best allowed, not yet taken expert by ranks_before on value(i); lane 0 writes them to ir in rank
+// order, and every lane leaves together.
+template <class Value, class Allowed>
+__device__ void warp_pick(int n, int k, Value value, Allowed allowed, int32_t* ir) {
   const int lane = threadIdx.x % 32;
-  const float* p = prob + static_cast<int64_t>(r) * n;
-  int32_t* ir = idx + static_cast<int64_t>(r) * k;
-  float* wr = w + static_cast<int64_t>(r) * k;
   uint32_t mine = 0;  // bit j: expert lane + 32 j is taken
   for (int j = 0; j < k; ++j) {
     float bv = 0.0f;
     int bi = -1;
     for (int t = 0, i = lane; i < n; ++t, i += 32) {
-      if ((mine >> t) & 1u) continue;
-      const float v = isnan(p[i]) ? -1.0f : p[i];
+      if (((mine >> t) & 1u) || !allowed(i)) continue;
+      const float v = value(i);
       if (bi < 0 || ranks_before(v, i, bv, bi)) bv = v, bi = i;
     }
     warp_best(bv, bi);
@@ -80,6 +78,17 @@ __device__ void route_softmax_row(int r, const float* prob, int n, int k, bool n
     if (lane == 0) ir[j] = bi;
   }
   __syncwarp();
+}
+
+// Row r's k most probable experts by one warp, ranked; lane 0 then sums the chosen probabilities
+// in rank order and writes the weights.
+__device__ void route_softmax_row(int r, const float* prob, int n, int k, bool norm, int32_t* idx,
+                                  float* w) {
+  const int lane = threadIdx.x % 32;
+  const float* p = prob + static_cast<int64_t>(r) * n;
+  int32_t* ir = idx + static_cast<int64_t>(r) * k;
+  float* wr = w + static_cast<int64_t>(r) * k;
+  warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; }, ir);
   if (lane == 0) {
     float ksum = 0.0f;
     for (int j = 0; j < k; ++j) ksum = ksum + p[ir[j]];
@@ -88,10 +97,10 @@ __device__ void route_softmax_row(int r, const float* prob, int n, int k, bool n
   __syncwarp();
 }
 
-// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one warp: lane l scores groups l,
-// l + 32, ... and holds experts l, l + 32, ...; every choice is the warp's best by the same total
-// order the serial form uses, and lane 0 sums the chosen scores in rank order. Every lane stays to
-// the end of the row, so the next row's shuffles start together.
+// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one warp: lane l scores group l
+// (n_group <= 32) and holds experts l, l + 32, ...; every choice is the warp's best by the same
+// total order the serial form uses, and lane 0 sums the chosen scores in rank order. Every lane
+// stays to the end of the row, so the next row's shuffles start together.
 __device__ void route_sigmoid_row(int r, const float* score, const float* bias, int n, int n_group,
                                   int topk_group, int k, bool norm, float scale, int32_t* idx,
                                   float* w) {
@@ -122,20 +131,8 @@ __device__ void route_sigmoid_row(int r, const float* score, const float* bias, 
   }
   int32_t* ir = idx + static_cast<int64_t>(r) * k;
   float* wr = w + static_cast<int64_t>(r) * k;
-  uint32_t mine = 0;  // bit j: expert lane + 32 j is taken
-  for (int j = 0; j < k; ++j) {
-    float bv = 0.0f;
-    int bi = -1;
-    for (int t = 0, i = lane; i < n; ++t, i += 32) {
-      if (((mine >> t) & 1u) || !((gmask >> (i / gsize)) & 1u)) continue;
-      const float v = nan_low(biased(i));
-      if (bi < 0 || ranks_before(v, i, bv, bi)) bv = v, bi = i;
-    }
-    warp_best(bv, bi);
-    if (bi % 32 == lane) mine |= 1u << (bi / 32);
-    if (lane == 0) ir[j] = bi;
-  }
-  __syncwarp();
+  warp_pick(n, k, [&](int i) { return nan_low(biased(i)); },
+            [&](int i) { return ((gmask >> (i / gsize)) & 1u) != 0; }, ir);
   if (lane == 0) {
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) sum = sum + s[ir[j]];
