@@ -229,7 +229,7 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   uint16_t* lo = hi + M * Kp;
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
   split_x_kernel<<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
-  // Slices as blocks of their own fill the card best (measured against folding tiles); past
+  // Slices as blocks of their own put more blocks on the card than folding tiles do; past
   // kMaxPartials the tiles fold their slices in place, keeping the partials' memory bounded.
   constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
   if (static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) <= kMaxPartials)
