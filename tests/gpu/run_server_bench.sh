@@ -102,7 +102,10 @@ gpu)
 gpu-prebuilt)
   # As gpu, from binaries built elsewhere: $TF_BIN (default .gpubin/tensorfold, its libraries beside
   # it) and .llamacpp/llama-server-cuda.tar.xz (a stripped llama-server built with -DGGML_CUDA=ON
-  # -DCMAKE_CUDA_ARCHITECTURES=90a -DBUILD_SHARED_LIBS=OFF, libgomp beside it). Carry those files.
+  # -DCMAKE_CUDA_ARCHITECTURES=90a -DBUILD_SHARED_LIBS=OFF, libgomp beside it). The converter needs
+  # the gguf Python package, which the card lacks: carry its folder and put it on PYTHONPATH. A call
+  # carries at most 64 MiB with the tracked tree, so a 42 MB tarball goes in parts (split -b 22M),
+  # copied to /tmp by back-to-back calls on the still-warm machine and joined before this runs.
   TF_BIN=${TF_BIN:-.gpubin/tensorfold}
   MODEL=/dev/shm/l8b; GGUF=/dev/shm/l8b.gguf; LS=/tmp/lsrv
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
