@@ -14,7 +14,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_gguf_models import GOLDEN, permute, read_bf16_safetensors  # noqa: E402
+from test_gguf_models import GOLDEN, greedy, permute, read_bf16_safetensors  # noqa: E402
 
 VOCAB_TOKENS = 512
 
@@ -267,14 +267,6 @@ def export_hybrid_gguf(folder, out_path, tokens=None, edit_meta=None, edit_tenso
     return cfg
 
 
-def run_ids(bin_path, model, prompt, n):
-    out = subprocess.run([bin_path, "run", "--model", model, "--prompt-ids", ",".join(map(str, prompt)), "--ids",
-                          "--temperature", "0", "--max-tokens", str(n), "--threads", "2"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return [int(t) for t in out.stdout.strip().split(",")]
-
-
 def prepare(tmp_path, name):
     """The fixture folder with a tokenizer (the server needs one) and its GGUF twin."""
     hf = tmp_path / "hf"
@@ -310,7 +302,7 @@ def test_gguf_greedy_equals_hf_folder(tensorfold_bin, tmp_path, name):
     compared = 0
     for case in expected["cases"]:
         n = len(case["tokens"])
-        ours_hf, ours_gguf = run_ids(tensorfold_bin, hf, case["prompt"], n), run_ids(tensorfold_bin, path, case["prompt"], n)
+        ours_hf, ours_gguf = greedy(tensorfold_bin, hf, case["prompt"], n), greedy(tensorfold_bin, path, case["prompt"], n)
         assert ours_gguf == ours_hf, f"{name}: prompt of {len(case['prompt'])}: gguf {ours_gguf} hf {ours_hf}"
         for step, (x, y) in enumerate(zip(ours_gguf, case["tokens"])):
             assert x == y, f"{name}: step {step} gguf {x} transformers {y}"
