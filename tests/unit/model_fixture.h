@@ -70,7 +70,6 @@ struct Job {
   SamplingParams sampling;
 };
 
-// Submits all jobs at once to one engine and runs it until idle.
 // Engine options of the cache tests: lanes of a context window on a chunk grid of 16 (pages of
 // 16) with cache_pages kept prefix pages.
 inline EngineOptions cached_options(int lanes, int context, int cache_pages) {
@@ -87,27 +86,6 @@ inline EngineOptions cached_options(int lanes, int context, int cache_pages) {
 inline EngineOptions without_cache(EngineOptions o) {
   o.cache_pages = 0;
   return o;
-}
-
-inline std::vector<Trace> run_jobs(Model& model, Backend& backend, const EngineOptions& opt,
-                                   const std::vector<Job>& jobs) {
-  Engine engine(model, backend, opt);
-  std::vector<Trace> traces(jobs.size());
-  const int32_t V = model.vocab_size();
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    GenerationRequest req;
-    req.prompt = jobs[i].prompt;
-    req.max_tokens = jobs[i].max_tokens;
-    req.sampling = jobs[i].sampling;
-    Trace* t = &traces[i];
-    req.on_logits = [t, V](int pos, const float* lg) { t->logits[pos].assign(lg, lg + V); };
-    req.on_event = [t](const TokenEvent& ev) {
-      if (ev.token >= 0) t->tokens.push_back(ev.token);
-    };
-    engine.submit(std::move(req));
-  }
-  engine.run_until_idle();
-  return traces;
 }
 
 // One request's trace, the prompt tokens it adopted from the cache and how it ended.
@@ -138,6 +116,15 @@ inline std::vector<Run> submit_all(Engine& engine, const std::vector<Job>& jobs,
   }
   engine.run_until_idle();
   return out;
+}
+
+// Submits all jobs at once to a new engine and runs it until idle; their traces.
+inline std::vector<Trace> run_jobs(Model& model, Backend& backend, const EngineOptions& opt,
+                                   const std::vector<Job>& jobs) {
+  Engine engine(model, backend, opt);
+  std::vector<Trace> traces;
+  for (Run& r : submit_all(engine, jobs, model.vocab_size())) traces.push_back(std::move(r.trace));
+  return traces;
 }
 
 // The same tokens, and every row the second run computed bit-identical to the first's there.
