@@ -143,6 +143,8 @@ class Backend {
   virtual void free(Tensor& t) = 0;
   virtual void to_host(const Tensor& src, float* dst) = 0;
   virtual void from_host(const float* src, Tensor dst) = 0;
+  // ids[r] = argmax of row r (base/argmax.h's rule), for rows whose logits need not leave the device.
+  virtual void argmax_rows(const Tensor& x, int32_t* ids);
   virtual std::unique_ptr<Weight> load_weight(const TensorView& view) = 0;
   virtual std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                               int head_dim) = 0;

@@ -12,10 +12,6 @@ int default_thread_count() {
 
 namespace {
 
-// Busy-wait this many polls before sleeping: back-to-back ops of one token reach the workers
-// while they still spin, so a wake-up costs no system call.
-constexpr int kSpins = 1 << 15;
-
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -26,7 +22,7 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::clamp(n_threads, 1, 0xffff)) {
+ThreadPool::ThreadPool(int n_threads, int spins) : n_threads_(std::clamp(n_threads, 1, 0xffff)), spins_(spins) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
 
@@ -66,7 +62,7 @@ void ThreadPool::run_parts(uint64_t g) {
 void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < kSpins && generation_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i) cpu_relax();
+    for (int i = 0; i < spins_ && generation_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i) cpu_relax();
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_start_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
@@ -102,7 +98,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int, int64_t, 
   body(0);
   done_.fetch_add(1, std::memory_order_acq_rel);
   run_parts(g);
-  for (int i = 0; i < kSpins && done_.load(std::memory_order_acquire) != parts; ++i) cpu_relax();
+  for (int i = 0; i < spins_ && done_.load(std::memory_order_acquire) != parts; ++i) cpu_relax();
   if (done_.load(std::memory_order_acquire) != parts) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_done_.wait(lock, [&] { return done_.load() == parts; });

@@ -14,7 +14,10 @@ namespace tf {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);
+  // Busy-wait kSpins polls before sleeping: back-to-back ops of one token reach the workers while
+  // they still spin, so a wake-up costs no system call. A pool used once a round passes 0.
+  static constexpr int kSpins = 1 << 15;
+  explicit ThreadPool(int n_threads, int spins = kSpins);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -37,6 +40,7 @@ class ThreadPool {
   void run_parts(uint64_t g);
 
   int n_threads_;
+  int spins_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;

@@ -41,13 +41,14 @@ double run_prefill(Engine& engine, int32_t vocab, int batch, int pp, uint64_t se
 }
 
 // batch one-token prompts decoding tg tokens each, timed once every lane is decoding.
-double run_decode(Engine& engine, int32_t vocab, int batch, int tg, uint64_t seed) {
+double run_decode(Engine& engine, int32_t vocab, int batch, int tg, uint64_t seed, const SamplingParams& sampling) {
   std::vector<std::vector<Clock::time_point>> stamps(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) {
     GenerationRequest req;
     req.prompt = random_prompt(1, vocab, seed + static_cast<uint64_t>(b));
     req.max_tokens = tg;
-    req.sampling.temperature = 0;
+    req.sampling = sampling;
+    req.sampling.seed = seed + static_cast<uint64_t>(b);
     req.on_event = [&, b](const TokenEvent& ev) {
       if (ev.token >= 0) stamps[static_cast<size_t>(b)].push_back(Clock::now());
     };
@@ -73,12 +74,18 @@ int cmd_bench(int argc, char** argv) {
   std::string model, batches = "1";
   int pp = 512, tg = 128, threads = 0, reps = 1, chunk = 512;
   bool json = false, profile = false;
+  SamplingParams sampling;
+  sampling.temperature = 0;
   app.add_option("--model", model, "model folder or .gguf file (default: the built-in model)");
   app.add_option("--pp", pp, "prompt tokens per request")->check(CLI::Range(1, 1 << 20));
   app.add_option("--tg", tg, "generated tokens per request")->check(CLI::Range(2, 1 << 20));
   app.add_option("--batch", batches, "comma-separated concurrent request counts");
   app.add_option("--reps", reps, "repetitions (the best is reported)")->check(CLI::Range(1, 100));
   app.add_option("--chunk", chunk, "prefill chunk grid")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--temperature", sampling.temperature, "decode sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--top-p", sampling.top_p, "decode nucleus size")->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--top-k", sampling.top_k, "decode top-k (0: off)")->check(CLI::Range(0, 1 << 30));
   std::string device = "auto";
   add_device_options(app, device, threads);
   app.add_flag("--json", json, "one JSON object per line");
@@ -119,15 +126,15 @@ int cmd_bench(int argc, char** argv) {
       Result x;
       x.pp_tps = run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r));
       report("prefill", b, r, x.pp_tps, static_cast<double>(b) * pp);
-      x.tg_tps = run_decode(*s->engine, V, b, tg, 2000 + static_cast<uint64_t>(r));
+      x.tg_tps = run_decode(*s->engine, V, b, tg, 2000 + static_cast<uint64_t>(r), sampling);
       report("decode (whole phase; tok/s times only its steady part)", b, r, x.tg_tps, static_cast<double>(b) * (tg - 1));
       best.pp_tps = std::max(best.pp_tps, x.pp_tps);
       best.tg_tps = std::max(best.tg_tps, x.tg_tps);
     }
     if (json)
-      std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, \"tg\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
+      std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, \"tg\": %d, \"temperature\": %g, \"top_p\": %g, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
                   (model.empty() ? default_model_path() : model).c_str(), s->backend->name().c_str(), s->backend->threads(), b, pp, tg,
-                  best.pp_tps, best.tg_tps);
+                  static_cast<double>(sampling.temperature), static_cast<double>(sampling.top_p), best.pp_tps, best.tg_tps);
     else
       std::printf("%-6d %8d %8d %12.2f %12.2f\n", b, pp, tg, best.pp_tps, best.tg_tps);
     std::fflush(stdout);

@@ -94,6 +94,9 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
   snapshot_.lane_pages = pages_per_lane * opt_.lanes;
   max_rows_ = opt_.lanes + std::min(opt_.chunk, opt_.context);
   model_.reserve(max_rows_);
+  // Used once a round, after the forward: its workers sleep rather than spin beside the backend's.
+  sample_pool_ = std::make_unique<ThreadPool>(std::clamp(default_thread_count(), 1, 8), 0);
+  samplers_.resize(static_cast<size_t>(sample_pool_->size()));
   for (int i = 0; i < opt_.lanes; ++i) {
     lanes_.push_back(std::make_unique<Lane>());
     lanes_.back()->index = i;
@@ -458,6 +461,7 @@ bool Engine::step_round() {
       if (want) {
         logit_idx.push_back(static_cast<int>(in.logit_rows.size()));
         in.logit_rows.push_back(row);
+        in.logit_full.push_back(l.req.on_logits || !greedy_only(l, !it.decode) ? 1 : 0);
       } else {
         logit_idx.push_back(-1);
       }
@@ -472,8 +476,9 @@ bool Engine::step_round() {
   }
   reserve_logits(in.logit_rows.size() * static_cast<size_t>(model_.vocab_size()));
   std::vector<float>& logits = logits_;
+  std::vector<int32_t>& argmax = argmax_;
   try {
-    model_.forward(in, *kv_, logits);
+    model_.forward(in, *kv_, logits, argmax);
     reserve_logits(logits.size());  // a model that grew the buffer itself gets it pinned again
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
@@ -516,6 +521,7 @@ bool Engine::step_round() {
     if (l.computed < n_prompt) continue;
     const int li = item_logit_index[i].back();
     const float* row = logits.data() + static_cast<size_t>(li) * V;
+    const int32_t best = argmax[static_cast<size_t>(li)];
     if (!it.decode && !l.followers.empty()) {
       // Siblings take their first token from the same last prompt row, each with its own draw.
       auto followers = l.followers;
@@ -523,12 +529,53 @@ bool Engine::step_round() {
       l.followers.clear();
       for (const auto& [idx, id] : followers) {
         Lane& f = *lanes_[static_cast<size_t>(idx)];
-        if (f.active && f.id == id) sample_and_emit(f, row);
+        if (f.active && f.id == id) draws_.push_back(Draw{&f, row, best, -1, 0, {}});
       }
     }
-    sample_and_emit(l, row);
+    draws_.push_back(Draw{&l, row, best, -1, 0, {}});
   }
+  sample_draws();
+  for (Draw& d : draws_) emit(*d.lane, d);
+  draws_.clear();
   return true;
+}
+
+bool Engine::greedy_only(const Lane& l, bool with_followers) const {
+  auto greedy = [](const GenerationRequest& r) { return r.logprobs < 0 && Sampler::plain_greedy(r.sampling); };
+  if (!greedy(l.req)) return false;
+  if (with_followers)
+    for (const auto& [idx, id] : l.followers) {
+      const Lane& f = *lanes_[static_cast<size_t>(idx)];
+      if (f.active && f.id == id && !greedy(f.req)) return false;
+    }
+  return true;
+}
+
+void Engine::sample_draws() {
+  const int32_t V = model_.vocab_size();
+  auto draw = [&](Sampler& s, Draw& d) {
+    const Lane& l = *d.lane;
+    if (l.req.max_tokens == 0) return;
+    if (greedy_only(l, false)) {
+      d.token = d.greedy;
+      return;
+    }
+    d.token = s.sample(d.row, V, l.req.sampling, l.tokens, l.req.prompt.size(), l.tokens.size());
+    if (l.req.logprobs >= 0) {
+      d.logprob = Sampler::logprob_of(d.row, V, d.token);
+      if (l.req.logprobs > 0) d.top = Sampler::top_logprobs(d.row, V, l.req.logprobs);
+    }
+  };
+  size_t host = 0;
+  for (const Draw& d : draws_) host += greedy_only(*d.lane, false) ? 0 : 1;
+  if (host < 2) {
+    for (Draw& d : draws_) draw(samplers_[0], d);
+    return;
+  }
+  // Each draw depends on its own row and lane only, so rows are sampled in parallel.
+  sample_pool_->parallel_for(static_cast<int64_t>(draws_.size()), [&](int part, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) draw(samplers_[static_cast<size_t>(part)], draws_[static_cast<size_t>(i)]);
+  });
 }
 
 void Engine::snapshot_state(Lane& lane, int mark) {
@@ -539,22 +586,18 @@ void Engine::snapshot_state(Lane& lane, int mark) {
   store_->attach_state(lane.req.cache_salt, lane.tokens, pages, std::move(snap));
 }
 
-void Engine::sample_and_emit(Lane& l, const float* row) {
-  const int32_t V = model_.vocab_size();
+void Engine::emit(Lane& l, Draw& d) {
   const int n_prompt = static_cast<int>(l.req.prompt.size());
   if (l.req.max_tokens == 0) {
     finish(l, FinishReason::Length);
     return;
   }
-  const uint64_t position = l.tokens.size();
-  int32_t tok = sampler_.sample(row, V, l.req.sampling, l.tokens, static_cast<size_t>(n_prompt), position);
+  const int32_t tok = d.token;
   TokenEvent ev;
   ev.request = l.id;
   ev.token = tok;
-  if (l.req.logprobs >= 0) {
-    ev.logprob = Sampler::logprob_of(row, V, tok);
-    if (l.req.logprobs > 0) ev.top = Sampler::top_logprobs(row, V, l.req.logprobs);
-  }
+  ev.logprob = d.logprob;
+  ev.top = std::move(d.top);
   ev.prompt_tokens = n_prompt;
   ev.cached_tokens = l.cached;
   if (std::find(l.req.stop_ids.begin(), l.req.stop_ids.end(), tok) != l.req.stop_ids.end()) {

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "engine/page_pool.h"
 #include "engine/prefix_store.h"
 #include "engine/sampler.h"
@@ -136,7 +137,19 @@ class Engine {
   void admit();
   bool try_admit(const std::vector<Lane*>& lanes, Pending& p);
   void spawn_followers(Lane& leader);
-  void sample_and_emit(Lane& lane, const float* row);
+  // One token to draw for a lane from a logits row (greedy: that row's argmax, from the device).
+  struct Draw {
+    Lane* lane = nullptr;
+    const float* row = nullptr;
+    int32_t greedy = -1;
+    int32_t token = -1;
+    float logprob = 0;
+    std::vector<TokenLogprob> top;
+  };
+  // True when the lane (and, with_followers, each sibling drawing from its row) takes the argmax.
+  bool greedy_only(const Lane& lane, bool with_followers) const;
+  void sample_draws();
+  void emit(Lane& lane, Draw& d);
   bool step_round();
   void publish();
   void finish(Lane& lane, FinishReason reason, const std::string& error = {});
@@ -159,7 +172,10 @@ class Engine {
   void* logits_pinned_ = nullptr;
   void reserve_logits(size_t n);
   std::vector<std::unique_ptr<Lane>> lanes_;
-  Sampler sampler_;
+  std::vector<int32_t> argmax_;
+  std::vector<Draw> draws_;
+  std::unique_ptr<ThreadPool> sample_pool_;
+  std::vector<Sampler> samplers_;  // one per sample_pool_ part
   int max_rows_ = 0;
   mutable std::mutex stats_mu_;  // guards the census snapshot other threads read
   EngineStats snapshot_;

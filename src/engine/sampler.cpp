@@ -33,17 +33,17 @@ double philox_uniform(uint64_t seed, uint64_t position, uint32_t stream) {
   return static_cast<double>(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
-int32_t argmax(const float* logits, int32_t vocab) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
+bool Sampler::plain_greedy(const SamplingParams& p) {
+  return (p.temperature <= 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
 }
 
 int32_t Sampler::sample(const float* logits, int32_t vocab, const SamplingParams& p,
                         const std::vector<int32_t>& history, size_t n_prompt, uint64_t position) {
-  work_.assign(logits, logits + vocab);
+  const float* w = logits;
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    work_.assign(logits, logits + vocab);
+    w = work_.data();
     counts_.assign(static_cast<size_t>(vocab), 0);
     for (size_t i = n_prompt; i < history.size(); ++i)
       if (history[i] >= 0 && history[i] < vocab) counts_[static_cast<size_t>(history[i])]++;
@@ -61,41 +61,53 @@ int32_t Sampler::sample(const float* logits, int32_t vocab, const SamplingParams
       if (c) work_[static_cast<size_t>(t)] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
     }
   }
-  if (p.temperature <= 0.0f || p.top_k == 1) return argmax(work_.data(), vocab);
+  if (p.temperature <= 0.0f || p.top_k == 1) return argmax(w, vocab);
 
-  // Candidates in a canonical order: by logit descending, ties by id, when any filter needs it.
-  ids_.resize(static_cast<size_t>(vocab));
-  std::iota(ids_.begin(), ids_.end(), 0);
+  // Candidates: the top_k by logit (descending, ties by id), or the whole vocabulary in id order.
   auto by_logit = [&](int32_t a, int32_t b) {
-    float la = work_[static_cast<size_t>(a)], lb = work_[static_cast<size_t>(b)];
+    float la = w[a], lb = w[b];
     return la > lb || (la == lb && a < b);
   };
+  ids_.resize(static_cast<size_t>(vocab));
+  std::iota(ids_.begin(), ids_.end(), 0);
   size_t n = ids_.size();
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
+  const bool top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < n;
+  if (top_k) {
     std::nth_element(ids_.begin(), ids_.begin() + p.top_k, ids_.end(), by_logit);
     n = static_cast<size_t>(p.top_k);
     ids_.resize(n);
     std::sort(ids_.begin(), ids_.end(), by_logit);
-  } else if (p.top_p < 1.0f) {
-    std::sort(ids_.begin(), ids_.end(), by_logit);
   }
-  double max_logit = -std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < n; ++i) max_logit = std::max(max_logit, static_cast<double>(work_[static_cast<size_t>(ids_[i])]));
+  const double max_logit = static_cast<double>(w[top_k ? ids_[0] : argmax(w, vocab)]);
   probs_.resize(n);
   double sum = 0;
   const double inv_t = 1.0 / static_cast<double>(p.temperature);
   for (size_t i = 0; i < n; ++i) {
-    double l = static_cast<double>(work_[static_cast<size_t>(ids_[i])]);
+    double l = static_cast<double>(w[ids_[i]]);
     probs_[i] = std::isinf(l) && l < 0 ? 0.0 : std::exp((l - max_logit) * inv_t);
     sum += probs_[i];
   }
-  if (!(sum > 0)) return argmax(work_.data(), vocab);
-  double pmax = 0;
-  for (size_t i = 0; i < n; ++i) {
-    probs_[i] /= sum;
-    pmax = std::max(pmax, probs_[i]);
-  }
-  if (p.top_p < 1.0f) {
+  if (!(sum > 0)) return argmax(w, vocab);
+  const double pmax = 1.0 / sum;  // the largest logit's exp is 1
+  for (size_t i = 0; i < n; ++i) probs_[i] /= sum;
+  if (p.top_p < 1.0f && !top_k) {
+    // Nucleus: sort only as long a prefix by logit as the cumulative probability needs.
+    const double target = static_cast<double>(p.top_p);
+    size_t sorted_end = 0, keep = 0;
+    double cum = 0;
+    for (size_t m = std::min<size_t>(64, n);; m = std::min(n, 4 * m)) {
+      const auto first = ids_.begin() + static_cast<std::ptrdiff_t>(sorted_end), mid = ids_.begin() + static_cast<std::ptrdiff_t>(m);
+      if (m < n) std::nth_element(first, mid, ids_.end(), by_logit);
+      std::sort(first, mid, by_logit);
+      sorted_end = m;
+      while (keep < m && (keep == 0 || cum < target)) cum += probs_[static_cast<size_t>(ids_[keep++])];
+      if (cum >= target || m == n) break;
+    }
+    sorted_probs_.resize(keep);
+    for (size_t i = 0; i < keep; ++i) sorted_probs_[i] = probs_[static_cast<size_t>(ids_[i])];
+    probs_.swap(sorted_probs_);
+    n = keep;
+  } else if (p.top_p < 1.0f) {
     double cum = 0;
     size_t keep = n;
     for (size_t i = 0; i < n; ++i) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/argmax.h"
+
 namespace tf {
 
 struct SamplingParams {
@@ -35,6 +37,9 @@ class Sampler {
   int32_t sample(const float* logits, int32_t vocab, const SamplingParams& p,
                  const std::vector<int32_t>& history, size_t n_prompt, uint64_t position);
 
+  // True when sample() is argmax of the raw logits: greedy without penalties.
+  static bool plain_greedy(const SamplingParams& p);
+
   // log-softmax of the raw logits: the chosen token's and the n most likely.
   static float logprob_of(const float* logits, int32_t vocab, int32_t id);
   static std::vector<TokenLogprob> top_logprobs(const float* logits, int32_t vocab, int n);
@@ -43,10 +48,7 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> ids_;
   std::vector<uint32_t> counts_;
-  std::vector<double> probs_;
+  std::vector<double> probs_, sorted_probs_;
 };
-
-// Greedy choice: the largest logit, ties to the lowest id.
-int32_t argmax(const float* logits, int32_t vocab);
 
 }  // namespace tf

@@ -257,16 +257,32 @@ void check_round(const RoundInput& in, int max_rows, int32_t vocab) {
 }
 
 void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
-                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits) {
+                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
+                  std::vector<int32_t>& argmax) {
   const size_t n_logits = in.logit_rows.size();
+  TF_CHECK(in.logit_full.empty() || in.logit_full.size() == n_logits, "forward: ", in.logit_full.size(),
+           " logit_full flags for ", n_logits, " logit rows");
   logits.resize(n_logits * static_cast<size_t>(vocab));
+  argmax.resize(n_logits);
+  auto full = [&](size_t i) { return in.logit_full.empty() || in.logit_full[i] != 0; };
   for (size_t done = 0; done < n_logits;) {
     const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s.max_logit_rows)));
     Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, vocab};
     b.gather_rows(x, in.logit_rows.data() + done, n, fr);
     b.rmsnorm(fr, norm, eps, add_one, fr);
     b.matmul(fr, head, nullptr, lg);
-    b.to_host(lg, logits.data() + done * static_cast<size_t>(vocab));
+    b.argmax_rows(lg, argmax.data() + done);
+    // Only the rows the host samples from travel, in runs of consecutive rows.
+    for (int r = 0; r < n;) {
+      if (!full(done + static_cast<size_t>(r))) {
+        ++r;
+        continue;
+      }
+      int e = r + 1;
+      while (e < n && full(done + static_cast<size_t>(e))) ++e;
+      b.to_host(lg.slice_rows(r, e - r), logits.data() + (done + static_cast<size_t>(r)) * static_cast<size_t>(vocab));
+      r = e;
+    }
     done += static_cast<size_t>(n);
   }
 }

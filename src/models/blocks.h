@@ -106,6 +106,7 @@ void alloc_moe_scratch(Backend& b, Scratch& s, int64_t rows, int64_t hidden, int
 void check_round(const RoundInput& in, int max_rows, int32_t vocab);
 // Final norm and head over the rows in in.logit_rows of x, s.max_logit_rows at a time, into host logits.
 void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
-                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits);
+                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
+                  std::vector<int32_t>& argmax);
 
 }  // namespace tf

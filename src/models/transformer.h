@@ -37,7 +37,8 @@ class TransformerModel : public Model {
   ~TransformerModel() override;
 
   void reserve(int max_rows) override;
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) override;
+  using Model::forward;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override;
 
   // Filled by the family builders.
   WeightPtr embed, final_norm, lm_head;  // lm_head null when tied to embed

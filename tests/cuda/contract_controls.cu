@@ -192,6 +192,21 @@ TopkFn control_topk_ties_high() {
   };
 }
 
+ArgmaxFn control_argmax_ties_high() {
+  return [](Backend& be, const Tensor& x, int32_t* ids) {
+    be.argmax_rows(x, ids);
+    std::vector<float> row(static_cast<size_t>(x.cols));
+    for (int64_t r = 0; r < x.rows; ++r) {
+      be.to_host(x.slice_rows(r, 1), row.data());
+      for (int64_t c = x.cols - 1; c > ids[r]; --c)
+        if (row[static_cast<size_t>(c)] == row[static_cast<size_t>(ids[r])]) {
+          ids[r] = static_cast<int32_t>(c);
+          break;
+        }
+    }
+  };
+}
+
 ScatterFn control_scatter_reversed() {
   return [](Backend& be, Tensor d, const Tensor& s, const int32_t* rows, const float* w, int n) {
     for (int i = n - 1; i >= 0; --i) be.scatter_add_scaled(d, s.slice_rows(i, 1), rows + i, w + i, 1);

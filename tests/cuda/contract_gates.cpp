@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "contract.h"
@@ -42,6 +43,9 @@ TopkFn real_topk() {
   return [](Backend& be, const Tensor& x, int k, bool norm, int32_t* i, float* w) {
     be.topk_softmax(x, k, norm, i, w);
   };
+}
+ArgmaxFn real_argmax() {
+  return [](Backend& be, const Tensor& x, int32_t* ids) { be.argmax_rows(x, ids); };
 }
 ScatterFn real_scatter() {
   return [](Backend& be, Tensor d, const Tensor& s, const int32_t* r, const float* w, int n) {
@@ -408,6 +412,46 @@ std::string topk_gate(const TopkFn& f, Backend& gpu, Backend& cpu, int64_t n, in
     if (!std::equal(pi.begin(), pi.end(), gi.begin() + off * k) ||
         !same_bits(pw.data(), gw.data() + off * k, m * k))
       e = tag + ": rows differ when computed in a batch of " + std::to_string(m);
+  }
+  gpu.free(lg);
+  return e;
+}
+
+std::string argmax_gate(const ArgmaxFn& f, Backend& gpu, Backend& cpu, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t M = 70;
+  auto ls = random_floats(rng, static_cast<size_t>(M * n), -3.f, 3.f);
+  auto at = [&](int64_t r, int64_t c) -> float& { return ls[static_cast<size_t>(r * n + c)]; };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::uniform_int_distribution<int64_t> col(0, n - 1);
+  for (int64_t r = 0; r < M; ++r) {
+    switch (r % 7) {
+      case 0: at(r, col(rng)) = at(r, col(rng)) = at(r, col(rng)) = 9.f; break;  // a tie, lowest id wins
+      case 1: at(r, 0) = nan; break;                                                // NaN first: id 0
+      case 2: at(r, col(rng)) = nan, at(r, col(rng)) = 8.f; break;                  // NaN skipped
+      case 3: std::fill_n(ls.begin() + r * n, n, -inf); break;                      // nothing finite
+      case 4: std::fill_n(ls.begin() + r * n, n, -1.f), at(r, col(rng)) = 0.f, at(r, col(rng)) = -0.f; break;
+      case 5: at(r, n - 1) = inf, at(r, col(rng)) = inf; break;
+      default: break;
+    }
+  }
+  const std::string tag = "argmax_rows n=" + std::to_string(n);
+  std::vector<int32_t> ci(static_cast<size_t>(M)), gi(ci.size());
+  Tensor lc = upload(cpu, ls, M, n);
+  cpu.argmax_rows(lc, ci.data());
+  cpu.free(lc);
+  Tensor lg = upload(gpu, ls, M, n);
+  f(gpu, lg, gi.data());
+  std::string e;
+  for (int64_t r = 0; r < M && e.empty(); ++r)
+    if (ci[static_cast<size_t>(r)] != gi[static_cast<size_t>(r)])
+      e = tag + ": row " + std::to_string(r) + " gives id " + std::to_string(gi[static_cast<size_t>(r)]) +
+          ", the cpu " + std::to_string(ci[static_cast<size_t>(r)]);
+  for (int64_t m = 1; m <= 64 && e.empty(); m += 3) {
+    const int64_t off = offset_for(m, M);
+    std::vector<int32_t> pi(static_cast<size_t>(m));
+    f(gpu, lg.slice_rows(off, m), pi.data());
+    if (!std::equal(pi.begin(), pi.end(), gi.begin() + off)) e = tag + ": rows differ in a batch of " + std::to_string(m);
   }
   gpu.free(lg);
   return e;

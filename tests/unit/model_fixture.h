@@ -151,9 +151,10 @@ class FailingModel : public Model {
   int n_kv_layers() const override { return inner_.n_kv_layers(); }
   int64_t state_floats() const override { return inner_.state_floats(); }
   void reserve(int rows) override { inner_.reserve(rows); }
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) override {
+  using Model::forward;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override {
     if (armed) throw Error("planted failure");
-    inner_.forward(in, kv, logits);
+    inner_.forward(in, kv, logits, argmax);
   }
   bool armed = false;
 

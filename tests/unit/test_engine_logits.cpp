@@ -1,7 +1,9 @@
 // The engine's logits buffer: kept across rounds, page-locked once per allocation through the
-// backend, unpinned when it grows and when the engine ends.
+// backend, unpinned when it grows and when the engine ends; greedy rows that only need their
+// argmax never reach the host.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 #include <vector>
@@ -44,7 +46,85 @@ std::vector<test::Job> jobs(int n, int32_t vocab, uint32_t seed) {
   return out;
 }
 
+// Counts the logit rows of each kind the engine asks for.
+class FlagSpy : public Model {
+ public:
+  explicit FlagSpy(Model& inner) : inner_(inner) { config_ = inner.config(); }
+  void reserve(int rows) override { inner_.reserve(rows); }
+  using Model::forward;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override {
+    for (size_t i = 0; i < in.logit_rows.size(); ++i) (in.logit_full.empty() || in.logit_full[i] ? full : device)++;
+    // Rows left on the device must not be read: poison whatever the host buffer held.
+    std::fill(logits.begin(), logits.end(), std::nanf(""));
+    inner_.forward(in, kv, logits, argmax);
+  }
+  int full = 0, device = 0;
+
+ private:
+  Model& inner_;
+};
+
+// Tokens of each request, submitted together, without asking for any logits.
+std::vector<std::vector<int32_t>> tokens_of(Engine& engine, const std::vector<GenerationRequest>& reqs) {
+  std::vector<std::vector<int32_t>> out(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    GenerationRequest r = reqs[i];
+    r.on_event = [&out, i](const TokenEvent& ev) {
+      if (ev.token >= 0) out[i].push_back(ev.token);
+    };
+    engine.submit(std::move(r));
+  }
+  engine.run_until_idle();
+  return out;
+}
+
 }  // namespace
+
+TEST(EngineLogits, GreedyRowsTakeTheDeviceArgmaxAndGiveTheHostsTokens) {
+  cpu::CpuBackend be(2, cpu::best_kernels());
+  const ModelFiles files = open_model(test::golden_dir("llama"));
+  auto model = load_model(files, be);
+  const int32_t V = model->vocab_size();
+  FlagSpy spy(*model);
+  EngineOptions opt;
+  opt.lanes = 4;
+  opt.context = 64;
+  std::vector<GenerationRequest> reqs;
+  for (const auto& j : jobs(6, V, 3)) {
+    GenerationRequest r;
+    r.prompt = j.prompt;
+    r.max_tokens = 6;
+    r.sampling.temperature = 0;
+    reqs.push_back(r);
+  }
+  Engine engine(spy, be, opt);
+  const auto greedy = tokens_of(engine, reqs);
+  EXPECT_EQ(spy.full, 0);
+  EXPECT_EQ(spy.device, 6 * 6);
+  // The same requests asking for logprobs sample from host rows: the same tokens.
+  for (auto& r : reqs) r.logprobs = 0;
+  spy.full = spy.device = 0;
+  EXPECT_EQ(tokens_of(engine, reqs), greedy);
+  EXPECT_EQ(spy.full, 6 * 6);
+  EXPECT_EQ(spy.device, 0);
+  // Penalties, temperature and a sibling that samples all need the row on the host.
+  for (auto& r : reqs) r.logprobs = -1;
+  reqs[0].sampling.repetition_penalty = 1.1f;
+  reqs[1].sampling.temperature = 0.8f;
+  reqs[1].sampling.seed = 9;
+  spy.full = spy.device = 0;
+  const auto mixed = tokens_of(engine, reqs);
+  EXPECT_EQ(spy.full, 2 * 6);
+  EXPECT_EQ(spy.device, 4 * 6);
+  for (size_t i = 2; i < reqs.size(); ++i) EXPECT_EQ(mixed[i], greedy[i]) << "request " << i;
+  std::vector<GenerationRequest> group(2, reqs[2]);
+  group[1].sampling.temperature = 1.0f;
+  spy.full = spy.device = 0;
+  engine.submit_group(group);
+  engine.run_until_idle();
+  EXPECT_EQ(spy.full, 1 + 5) << "the shared prompt row and the sampling sibling's decode rows";
+  EXPECT_EQ(spy.device, 5);
+}
 
 TEST(EngineLogits, PinnedOnceKeptAcrossRoundsAndUnpinnedAtTheEnd) {
   PinRecorder be;

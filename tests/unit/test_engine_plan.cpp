@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
 #include "base/error.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
@@ -152,6 +158,81 @@ TEST(Sampler, PenaltiesFollowTheirDefinitions) {
   p.presence_penalty = 0.0f;
   p.frequency_penalty = 0.05f;  // 2.0 - 0.05 > 1.9
   EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 1);
+}
+
+namespace {
+
+// The greedy rule written as the plain left-to-right scan it is defined by.
+int32_t scan_argmax(const std::vector<float>& v) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(v.size()); ++i)
+    if (v[static_cast<size_t>(i)] > v[static_cast<size_t>(best)]) best = i;
+  return best;
+}
+
+// The nucleus draw with the whole vocabulary sorted: what the sampler's partial sort must equal.
+int32_t full_sort_top_p(const std::vector<float>& l, float temperature, float top_p, uint64_t seed, uint64_t pos) {
+  const size_t n = l.size();
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  std::vector<double> e(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += e[i] = std::exp((static_cast<double>(l[ids[i]]) - l[ids[0]]) / temperature);
+  size_t keep = n;
+  double cum = 0;
+  for (size_t i = 0; i < n; ++i)
+    if ((cum += e[i] / sum) >= top_p) {
+      keep = i + 1;
+      break;
+    }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += e[i] / sum;
+  const double u = philox_uniform(seed, pos) * total;
+  cum = 0;
+  for (size_t i = 0; i < keep; ++i)
+    if (u < (cum += e[i] / sum)) return ids[i];
+  return ids[keep - 1];
+}
+
+}  // namespace
+
+TEST(Sampler, ArgmaxIsTheLeftToRightScan) {
+  std::mt19937 rng(7);
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  for (int len = 1; len <= 70; ++len)
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> v(static_cast<size_t>(len));
+      for (auto& x : v) x = static_cast<float>(static_cast<int>(rng() % 9) - 4);  // many ties
+      const size_t at = rng() % v.size();
+      switch (trial % 5) {
+        case 1: v[at] = nan; break;
+        case 2: v[0] = nan; break;
+        case 3: std::fill(v.begin(), v.end(), -inf), v[at] = (trial & 8) ? -inf : 0.0f; break;
+        case 4: std::fill(v.begin(), v.end(), -0.0f), v[at] = 0.0f; break;
+        default: break;
+      }
+      ASSERT_EQ(argmax(v.data(), len), scan_argmax(v)) << "length " << len << " trial " << trial;
+    }
+}
+
+TEST(Sampler, NucleusEqualsTheFullSort) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  Sampler s;
+  const std::vector<int32_t> hist = {0};
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<float> l(3000 + static_cast<size_t>(trial) * 37);
+    for (auto& x : l) x = d(rng);
+    SamplingParams p;
+    p.temperature = trial % 3 == 0 ? 2.0f : 0.7f;  // wide nuclei need several rounds of sorting
+    p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.999f}[static_cast<size_t>(trial % 4)];
+    p.seed = static_cast<uint64_t>(trial);
+    const uint64_t pos = 5 + static_cast<uint64_t>(trial);
+    ASSERT_EQ(s.sample(l.data(), static_cast<int32_t>(l.size()), p, hist, 1, pos),
+              full_sort_top_p(l, p.temperature, p.top_p, p.seed, pos))
+        << "trial " << trial;
+  }
 }
 
 }  // namespace tf

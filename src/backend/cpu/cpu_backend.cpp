@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/argmax.h"
 #include "base/error.h"
 
 namespace tf::cpu {
@@ -97,6 +98,11 @@ void CpuBackend::to_host(const Tensor& src, float* dst) {
   if (src.rows * src.cols == 0) return;
   TF_CHECK(dst != nullptr, "to_host: null destination");
   std::memcpy(dst, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float));
+}
+
+void CpuBackend::argmax_rows(const Tensor& x, int32_t* ids) {
+  check_tensor(x, "argmax_rows", "x");
+  for (int64_t r = 0; r < x.rows; ++r) ids[r] = argmax(x.row(r), static_cast<int32_t>(x.cols));
 }
 
 void CpuBackend::from_host(const float* src, Tensor dst) {
