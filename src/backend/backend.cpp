@@ -1,14 +1,34 @@
 #include "backend/backend.h"
 
-#include "base/argmax.h"
+#include "base/error.h"
 
 namespace tf {
 
-void Backend::argmax_rows(const Tensor& x, int32_t* ids) {
-  std::vector<float> row(static_cast<size_t>(x.cols));
-  for (int64_t r = 0; r < x.rows; ++r) {
-    to_host(x.slice_rows(r, 1), row.data());
-    ids[r] = argmax(row.data(), static_cast<int32_t>(x.cols));
+void Backend::check_samples(const Tensor& logits, const std::vector<SampleSpec>& specs,
+                            const std::vector<PenaltyToken>& pens) {
+  std::vector<uint32_t> seen(static_cast<size_t>(logits.cols), 0);
+  for (size_t j = 0; j < specs.size(); ++j) {
+    const SampleSpec& s = specs[j];
+    TF_CHECK(s.row >= 0 && s.row < logits.rows, "sample_rows: row ", s.row, " of ", logits.rows);
+    TF_CHECK(s.pen_count == 0 || (s.pen_begin >= 0 && s.pen_count > 0 &&
+                                  static_cast<size_t>(s.pen_begin) + static_cast<size_t>(s.pen_count) <= pens.size()),
+             "sample_rows: spec ", j, " names penalty tokens [", s.pen_begin, ", +", s.pen_count, ") of ", pens.size());
+    for (int32_t k = 0; k < s.pen_count; ++k) {
+      const int32_t id = pens[static_cast<size_t>(s.pen_begin + k)].id;
+      TF_CHECK(id >= 0 && id < logits.cols, "sample_rows: penalty token ", id, " outside the vocabulary");
+      TF_CHECK(seen[static_cast<size_t>(id)] != j + 1, "sample_rows: penalty token ", id, " twice in spec ", j);
+      seen[static_cast<size_t>(id)] = static_cast<uint32_t>(j + 1);
+    }
+  }
+}
+
+void Backend::sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs,
+                          const std::vector<PenaltyToken>& pens, int32_t* ids) {
+  check_samples(logits, specs, pens);
+  std::vector<float> row(static_cast<size_t>(logits.cols));
+  for (size_t j = 0; j < specs.size(); ++j) {
+    to_host(logits.slice_rows(specs[j].row, 1), row.data());
+    ids[j] = sample_row(row.data(), static_cast<int32_t>(logits.cols), specs[j], pens.data() + specs[j].pen_begin);
   }
 }
 

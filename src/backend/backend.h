@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "base/dtype.h"
 
 namespace tf {
@@ -143,8 +144,13 @@ class Backend {
   virtual void free(Tensor& t) = 0;
   virtual void to_host(const Tensor& src, float* dst) = 0;
   virtual void from_host(const float* src, Tensor dst) = 0;
-  // ids[r] = argmax of row r (base/argmax.h's rule), for rows whose logits need not leave the device.
-  virtual void argmax_rows(const Tensor& x, int32_t* ids);
+  // ids[j] = the token sampling.h's rule draws from row specs[j].row of logits (penalized by its
+  // tokens in pens), on the backend, so rows need not leave the device; a row may have several specs.
+  virtual void sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs,
+                           const std::vector<PenaltyToken>& pens, int32_t* ids);
+  // Throws unless every spec names a row of logits and distinct in-vocabulary tokens of pens.
+  static void check_samples(const Tensor& logits, const std::vector<SampleSpec>& specs,
+                            const std::vector<PenaltyToken>& pens);
   virtual std::unique_ptr<Weight> load_weight(const TensorView& view) = 0;
   virtual std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                               int head_dim) = 0;

@@ -86,6 +86,9 @@ int cmd_bench(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-p", sampling.top_p, "decode nucleus size")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--top-k", sampling.top_k, "decode top-k (0: off)")->check(CLI::Range(0, 1 << 30));
+  app.add_option("--repetition-penalty", sampling.repetition_penalty, "decode repetition penalty (1: off)")
+      ->check(CLI::Range(0.01f, 100.0f));
+  app.add_option("--presence-penalty", sampling.presence_penalty, "decode presence penalty")->check(CLI::Range(-2.0f, 2.0f));
   std::string device = "auto";
   add_device_options(app, device, threads);
   app.add_flag("--json", json, "one JSON object per line");

@@ -95,8 +95,8 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
   max_rows_ = opt_.lanes + std::min(opt_.chunk, opt_.context);
   model_.reserve(max_rows_);
   // Used once a round, after the forward: its workers sleep rather than spin beside the backend's.
-  sample_pool_ = std::make_unique<ThreadPool>(std::clamp(default_thread_count(), 1, 8), 0);
-  samplers_.resize(static_cast<size_t>(sample_pool_->size()));
+  log_pool_ = std::make_unique<ThreadPool>(std::clamp(default_thread_count(), 1, 8), 0);
+  spec_of_lane_.assign(static_cast<size_t>(opt_.lanes), -1);
   for (int i = 0; i < opt_.lanes; ++i) {
     lanes_.push_back(std::make_unique<Lane>());
     lanes_.back()->index = i;
@@ -459,9 +459,33 @@ bool Engine::step_round() {
       in.layout.seq.push_back(seq);
       const bool want = it.decode || l.req.on_logits || (last_chunk && pos == it.end - 1);
       if (want) {
-        logit_idx.push_back(static_cast<int>(in.logit_rows.size()));
+        const int li = static_cast<int>(in.logit_rows.size());
+        logit_idx.push_back(li);
         in.logit_rows.push_back(row);
-        in.logit_full.push_back(l.req.on_logits || !greedy_only(l, !it.decode) ? 1 : 0);
+        bool full = static_cast<bool>(l.req.on_logits);
+        if ((it.decode || last_chunk) && pos == it.end - 1) {
+          // The lane's draw (and its waiting siblings' from the same row) on the backend; logprobs
+          // bring the row to the host as well.
+          auto plan_draw = [&](Lane& d) {
+            full = full || d.req.logprobs >= 0;
+            spec_of_lane_[static_cast<size_t>(d.index)] = static_cast<int>(in.samples.size());
+            in.samples.push_back(Sampler::spec(d.req.sampling, li, d.tokens.size()));
+            SampleSpec& s = in.samples.back();
+            if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f) {
+              s.pen_begin = static_cast<int32_t>(in.penalties.size());
+              Sampler::history_tokens(d.tokens, d.req.prompt.size(), model_.vocab_size(), s.repetition != 1.0f,
+                                      in.penalties);
+              s.pen_count = static_cast<int32_t>(in.penalties.size()) - s.pen_begin;
+            }
+          };
+          plan_draw(l);
+          if (!it.decode)
+            for (const auto& [idx, id] : l.followers) {
+              Lane& f = *lanes_[static_cast<size_t>(idx)];
+              if (f.active && f.id == id) plan_draw(f);
+            }
+        }
+        in.logit_full.push_back(full ? 1 : 0);
       } else {
         logit_idx.push_back(-1);
       }
@@ -476,12 +500,12 @@ bool Engine::step_round() {
   }
   reserve_logits(in.logit_rows.size() * static_cast<size_t>(model_.vocab_size()));
   std::vector<float>& logits = logits_;
-  std::vector<int32_t>& argmax = argmax_;
   try {
-    model_.forward(in, *kv_, logits, argmax);
+    model_.forward(in, *kv_, logits, sampled_);
     reserve_logits(logits.size());  // a model that grew the buffer itself gets it pinned again
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
+    std::fill(spec_of_lane_.begin(), spec_of_lane_.end(), -1);
     for (int slot : pending) state_pool_.release(slot);
     for (const auto& it : plan.items) {
       Lane& l = *lanes_[static_cast<size_t>(it.lane)];
@@ -521,7 +545,11 @@ bool Engine::step_round() {
     if (l.computed < n_prompt) continue;
     const int li = item_logit_index[i].back();
     const float* row = logits.data() + static_cast<size_t>(li) * V;
-    const int32_t best = argmax[static_cast<size_t>(li)];
+    auto drawn = [&](Lane& d) {
+      const int j = spec_of_lane_[static_cast<size_t>(d.index)];
+      spec_of_lane_[static_cast<size_t>(d.index)] = -1;
+      return j >= 0 ? sampled_[static_cast<size_t>(j)] : -1;
+    };
     if (!it.decode && !l.followers.empty()) {
       // Siblings take their first token from the same last prompt row, each with its own draw.
       auto followers = l.followers;
@@ -529,52 +557,35 @@ bool Engine::step_round() {
       l.followers.clear();
       for (const auto& [idx, id] : followers) {
         Lane& f = *lanes_[static_cast<size_t>(idx)];
-        if (f.active && f.id == id) draws_.push_back(Draw{&f, row, best, -1, 0, {}});
+        if (f.active && f.id == id) draws_.push_back(Draw{&f, row, drawn(f), 0, {}});
       }
     }
-    draws_.push_back(Draw{&l, row, best, -1, 0, {}});
+    draws_.push_back(Draw{&l, row, drawn(l), 0, {}});
   }
-  sample_draws();
+  std::fill(spec_of_lane_.begin(), spec_of_lane_.end(), -1);
+  logprobs_of_draws();
   for (Draw& d : draws_) emit(*d.lane, d);
   draws_.clear();
   return true;
 }
 
-bool Engine::greedy_only(const Lane& l, bool with_followers) const {
-  auto greedy = [](const GenerationRequest& r) { return r.logprobs < 0 && Sampler::plain_greedy(r.sampling); };
-  if (!greedy(l.req)) return false;
-  if (with_followers)
-    for (const auto& [idx, id] : l.followers) {
-      const Lane& f = *lanes_[static_cast<size_t>(idx)];
-      if (f.active && f.id == id && !greedy(f.req)) return false;
-    }
-  return true;
-}
-
-void Engine::sample_draws() {
+void Engine::logprobs_of_draws() {
   const int32_t V = model_.vocab_size();
-  auto draw = [&](Sampler& s, Draw& d) {
+  auto one = [&](Draw& d) {
     const Lane& l = *d.lane;
-    if (l.req.max_tokens == 0) return;
-    if (greedy_only(l, false)) {
-      d.token = d.greedy;
-      return;
-    }
-    d.token = s.sample(d.row, V, l.req.sampling, l.tokens, l.req.prompt.size(), l.tokens.size());
-    if (l.req.logprobs >= 0) {
-      d.logprob = Sampler::logprob_of(d.row, V, d.token);
-      if (l.req.logprobs > 0) d.top = Sampler::top_logprobs(d.row, V, l.req.logprobs);
-    }
+    if (l.req.max_tokens == 0 || l.req.logprobs < 0) return;
+    d.logprob = Sampler::logprob_of(d.row, V, d.token);
+    if (l.req.logprobs > 0) d.top = Sampler::top_logprobs(d.row, V, l.req.logprobs);
   };
-  size_t host = 0;
-  for (const Draw& d : draws_) host += greedy_only(*d.lane, false) ? 0 : 1;
-  if (host < 2) {
-    for (Draw& d : draws_) draw(samplers_[0], d);
+  size_t n = 0;
+  for (const Draw& d : draws_) n += d.lane->req.logprobs >= 0 ? 1 : 0;
+  if (n < 2) {
+    for (Draw& d : draws_) one(d);
     return;
   }
-  // Each draw depends on its own row and lane only, so rows are sampled in parallel.
-  sample_pool_->parallel_for(static_cast<int64_t>(draws_.size()), [&](int part, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) draw(samplers_[static_cast<size_t>(part)], draws_[static_cast<size_t>(i)]);
+  // Each depends on its own row and lane only, so they run in parallel.
+  log_pool_->parallel_for(static_cast<int64_t>(draws_.size()), [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) one(draws_[static_cast<size_t>(i)]);
   });
 }
 

@@ -137,18 +137,17 @@ class Engine {
   void admit();
   bool try_admit(const std::vector<Lane*>& lanes, Pending& p);
   void spawn_followers(Lane& leader);
-  // One token to draw for a lane from a logits row (greedy: that row's argmax, from the device).
+  // One lane's token, drawn by the backend, and the logits row it came from (host memory only
+  // when the lane asked for logprobs).
   struct Draw {
     Lane* lane = nullptr;
     const float* row = nullptr;
-    int32_t greedy = -1;
     int32_t token = -1;
     float logprob = 0;
     std::vector<TokenLogprob> top;
   };
-  // True when the lane (and, with_followers, each sibling drawing from its row) takes the argmax.
-  bool greedy_only(const Lane& lane, bool with_followers) const;
-  void sample_draws();
+  // Logprobs of the round's draws that asked for them, in parallel.
+  void logprobs_of_draws();
   void emit(Lane& lane, Draw& d);
   bool step_round();
   void publish();
@@ -172,10 +171,10 @@ class Engine {
   void* logits_pinned_ = nullptr;
   void reserve_logits(size_t n);
   std::vector<std::unique_ptr<Lane>> lanes_;
-  std::vector<int32_t> argmax_;
+  std::vector<int32_t> sampled_;      // the round's backend draws, one per RoundInput::samples
+  std::vector<int> spec_of_lane_;      // lane index -> its draw in sampled_ this round (-1: none)
   std::vector<Draw> draws_;
-  std::unique_ptr<ThreadPool> sample_pool_;
-  std::vector<Sampler> samplers_;  // one per sample_pool_ part
+  std::unique_ptr<ThreadPool> log_pool_;
   int max_rows_ = 0;
   mutable std::mutex stats_mu_;  // guards the census snapshot other threads read
   EngineStats snapshot_;

@@ -1,11 +1,14 @@
 #pragma once
-// Token selection from logits. Each position's draw comes from a counter-based RNG keyed by
-// (seed, position), so batching, chunking and drafting never shift a request's stream.
+// Sampling settings and their translation into backend/sampling.h's rule, which draws every token.
+// Each position's draw comes from a counter-based RNG keyed by (seed, position), so batching,
+// chunking and drafting never shift a request's stream.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "base/argmax.h"
+#include "base/philox.h"
 
 namespace tf {
 
@@ -20,11 +23,6 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
-// Philox4x32-10 (Salmon et al. 2011): 4 x 32 bits from a 128-bit counter and 64-bit key.
-void philox4x32(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
-// Uniform double in [0, 1) for (seed, position, stream).
-double philox_uniform(uint64_t seed, uint64_t position, uint32_t stream = 0);
-
 struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0;
@@ -32,23 +30,23 @@ struct TokenLogprob {
 
 class Sampler {
  public:
-  // history: prompt then generated tokens; n_prompt of them are the prompt. position: the
-  // index the chosen token will take in the sequence.
+  // The backend's spec of a draw from logits row `row` for the token at `position`.
+  static SampleSpec spec(const SamplingParams& p, int32_t row, uint64_t position);
+  // Appends the distinct tokens of history (prompt too when with_prompt) with how often each was
+  // generated: what the spec's penalties act on.
+  static void history_tokens(const std::vector<int32_t>& history, size_t n_prompt, int32_t vocab, bool with_prompt,
+                             std::vector<PenaltyToken>& out);
+  // The same draw on the host. history: prompt then generated tokens; n_prompt of them are the
+  // prompt. position: the index the chosen token will take in the sequence.
   int32_t sample(const float* logits, int32_t vocab, const SamplingParams& p,
                  const std::vector<int32_t>& history, size_t n_prompt, uint64_t position);
-
-  // True when sample() is argmax of the raw logits: greedy without penalties.
-  static bool plain_greedy(const SamplingParams& p);
 
   // log-softmax of the raw logits: the chosen token's and the n most likely.
   static float logprob_of(const float* logits, int32_t vocab, int32_t id);
   static std::vector<TokenLogprob> top_logprobs(const float* logits, int32_t vocab, int n);
 
  private:
-  std::vector<float> work_;
-  std::vector<int32_t> ids_;
-  std::vector<uint32_t> counts_;
-  std::vector<double> probs_, sorted_probs_;
+  std::vector<PenaltyToken> pens_;
 };
 
 }  // namespace tf

@@ -258,21 +258,33 @@ void check_round(const RoundInput& in, int max_rows, int32_t vocab) {
 
 void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
                   const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
-                  std::vector<int32_t>& argmax) {
+                  std::vector<int32_t>& sampled) {
   const size_t n_logits = in.logit_rows.size();
   TF_CHECK(in.logit_full.empty() || in.logit_full.size() == n_logits, "forward: ", in.logit_full.size(),
            " logit_full flags for ", n_logits, " logit rows");
+  for (size_t j = 0; j < in.samples.size(); ++j)
+    TF_CHECK(in.samples[j].row >= 0 && static_cast<size_t>(in.samples[j].row) < n_logits &&
+                 (j == 0 || in.samples[j].row >= in.samples[j - 1].row),
+             "forward: sample ", j, " names logit row ", in.samples[j].row, " of ", n_logits, " (rows in order)");
   logits.resize(n_logits * static_cast<size_t>(vocab));
-  argmax.resize(n_logits);
+  sampled.resize(in.samples.size());
   auto full = [&](size_t i) { return in.logit_full.empty() || in.logit_full[i] != 0; };
+  std::vector<SampleSpec> specs;
+  size_t next_spec = 0;
   for (size_t done = 0; done < n_logits;) {
     const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s.max_logit_rows)));
     Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, vocab};
     b.gather_rows(x, in.logit_rows.data() + done, n, fr);
     b.rmsnorm(fr, norm, eps, add_one, fr);
     b.matmul(fr, head, nullptr, lg);
-    b.argmax_rows(lg, argmax.data() + done);
-    // Only the rows the host samples from travel, in runs of consecutive rows.
+    // The draws of these rows, on the backend; only rows the host reads travel, in runs.
+    specs.clear();
+    const size_t first_spec = next_spec;
+    while (next_spec < in.samples.size() && static_cast<size_t>(in.samples[next_spec].row) < done + static_cast<size_t>(n)) {
+      specs.push_back(in.samples[next_spec++]);
+      specs.back().row -= static_cast<int32_t>(done);
+    }
+    if (!specs.empty()) b.sample_rows(lg, specs, in.penalties, sampled.data() + first_spec);
     for (int r = 0; r < n;) {
       if (!full(done + static_cast<size_t>(r))) {
         ++r;

@@ -107,6 +107,6 @@ void check_round(const RoundInput& in, int max_rows, int32_t vocab);
 // Final norm and head over the rows in in.logit_rows of x, s.max_logit_rows at a time, into host logits.
 void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
                   const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
-                  std::vector<int32_t>& argmax);
+                  std::vector<int32_t>& sampled);
 
 }  // namespace tf

@@ -17,9 +17,12 @@ struct RoundInput {
   std::vector<int32_t> tokens;
   RowLayout layout;
   std::vector<int32_t> logit_rows;
-  // Per entry of logit_rows: 1 when the host needs the whole row, 0 when its argmax is enough
-  // (empty: every row whole).
+  // Per entry of logit_rows: 1 when the host needs the whole row (empty: every row).
   std::vector<uint8_t> logit_full;
+  // Tokens to draw on the backend; a spec's row is an index into logit_rows, its penalty tokens
+  // a range of penalties.
+  std::vector<SampleSpec> samples;
+  std::vector<PenaltyToken> penalties;
   StateRefs states;  // recurrent layers' state slots (empty for attention-only models)
 };
 
@@ -41,13 +44,13 @@ class Model {
 
   // Sizes scratch for rounds of up to max_rows rows, zero-filled now so it counts at startup.
   virtual void reserve(int max_rows) = 0;
-  // Runs the round: argmax gets each entry of in.logit_rows' argmax, and logits its row
-  // ([n x vocab], host; rows whose in.logit_full entry is 0 are left unwritten).
+  // Runs the round: logits gets one row per entry of in.logit_rows ([n x vocab], host; rows whose
+  // in.logit_full entry is 0 are left unwritten), sampled the token of each of in.samples.
   virtual void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits,
-                       std::vector<int32_t>& argmax) = 0;
+                       std::vector<int32_t>& sampled) = 0;
   void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits) {
-    std::vector<int32_t> argmax;
-    forward(in, kv, logits, argmax);
+    std::vector<int32_t> sampled;
+    forward(in, kv, logits, sampled);
   }
 
  protected:

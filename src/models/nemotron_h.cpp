@@ -136,7 +136,7 @@ class NemotronHModel : public Model {
   int64_t state_floats() const override { return state_floats_; }
   void reserve(int max_rows) override;
   using Model::forward;
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override;
 
   void load(const ModelFiles& files);
 
@@ -297,7 +297,7 @@ void NemotronHModel::reserve(int max_rows) {
 }
 
 void NemotronHModel::forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits,
-                             std::vector<int32_t>& argmax) {
+                             std::vector<int32_t>& sampled) {
   const int m = static_cast<int>(in.tokens.size());
   check_round(in, s_.max_rows, vocab_size());
   TF_CHECK(state_floats_ == 0 || (!in.states.empty() && in.states.slot_floats >= state_floats_),
@@ -322,7 +322,7 @@ void NemotronHModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
     if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].norm, eps, false, h);
     else b_.add(x, o);
   }
-  final_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, argmax);
+  final_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled);
 }
 
 }  // namespace

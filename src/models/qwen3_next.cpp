@@ -35,7 +35,7 @@ class Qwen3NextModel : public Model {
   int64_t state_floats() const override { return state_floats_; }
   void reserve(int max_rows) override;
   using Model::forward;
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override;
 
   void load(const ModelFiles& files);
 
@@ -201,7 +201,7 @@ void Qwen3NextModel::reserve(int max_rows) {
 }
 
 void Qwen3NextModel::forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits,
-                             std::vector<int32_t>& argmax) {
+                             std::vector<int32_t>& sampled) {
   const int m = static_cast<int>(in.tokens.size());
   check_round(in, s_.max_rows, vocab_size());
   TF_CHECK(state_floats_ == 0 || (!in.states.empty() && in.states.slot_floats == state_floats_), "forward: ",
@@ -222,7 +222,7 @@ void Qwen3NextModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
     if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].input_norm, eps, true, h);
     else b_.add(x, o);
   }
-  final_logits(b_, x, in, *final_norm_, eps, true, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, argmax);
+  final_logits(b_, x, in, *final_norm_, eps, true, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled);
 }
 
 }  // namespace

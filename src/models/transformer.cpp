@@ -62,7 +62,7 @@ void TransformerModel::reserve(int max_rows) {
 }
 
 void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits,
-                             std::vector<int32_t>& argmax) {
+                             std::vector<int32_t>& sampled) {
   const int m = static_cast<int>(in.tokens.size());
   check_round(in, s_.max_rows, vocab_size());
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -79,7 +79,7 @@ void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<
     if (l + 1 < layers.size()) b_.add_rmsnorm(x, o, *layers[l + 1].input_norm, eps, false, h);
     else b_.add(x, o);
   }
-  final_logits(b_, x, in, *final_norm, eps, false, lm_head ? *lm_head : *embed, s_, vocab_size(), logits, argmax);
+  final_logits(b_, x, in, *final_norm, eps, false, lm_head ? *lm_head : *embed, s_, vocab_size(), logits, sampled);
 }
 
 std::unique_ptr<TransformerModel> build_decoder(const ModelFiles& files, const HfConfig& cfg, Backend& backend,

@@ -38,7 +38,7 @@ class TransformerModel : public Model {
 
   void reserve(int max_rows) override;
   using Model::forward;
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override;
 
   // Filled by the family builders.
   WeightPtr embed, final_norm, lm_head;  // lm_head null when tied to embed

@@ -106,6 +106,28 @@ void run_bench(Backend& gpu) {
   bench_attention(gpu, 32, 4096, true, 20);
   bench_attention(gpu, 512, 512, false, 20);
   bench_attention(gpu, 4096, 4096, false, 5);
+  // Sampling 64 rows of Llama-3.1-8B's 128,256 logits: greedy, and temperature with top-p.
+  {
+    std::mt19937 rng(9);
+    const int64_t V = 128256, rows = 64;
+    Tensor lg = gpu.alloc(rows, V);
+    auto xs = random_floats(rng, static_cast<size_t>(rows * V), -3.f, 3.f);
+    gpu.from_host(xs.data(), lg);
+    std::vector<int32_t> ids(rows);
+    for (float top_p : {1.0f, 0.95f}) {
+      std::vector<SampleSpec> specs(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        specs[static_cast<size_t>(r)].row = static_cast<int32_t>(r);
+        specs[static_cast<size_t>(r)].temperature = top_p < 1.0f ? 0.7f : 0.0f;
+        specs[static_cast<size_t>(r)].top_p = top_p;
+        specs[static_cast<size_t>(r)].position = static_cast<uint64_t>(r);
+      }
+      const float ms = time_ms([&] { gpu.sample_rows(lg, specs, {}, ids.data()); }, 5);
+      std::printf("BENCH sample_rows 64 x %lld logits, %s: %.3f ms\n", static_cast<long long>(V),
+                  top_p < 1.0f ? "T 0.7 top_p 0.95" : "greedy", ms);
+    }
+    gpu.free(lg);
+  }
   // Row ops at decode and prefill sizes (Llama-3.1-8B widths).
   {
     std::mt19937 rng(7);

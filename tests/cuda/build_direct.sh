@@ -8,7 +8,7 @@ gen=${2:--gencode=arch=compute_90a,code=sm_90a}
 mkdir -p "$out"
 host="-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-ffp-contract=off,-fno-fast-math"
 objs=""
-for f in src/base/*.cpp src/backend/backend.cpp src/backend/cpu/*.cpp; do
+for f in src/base/*.cpp src/backend/backend.cpp src/backend/sampling.cpp src/backend/cpu/*.cpp; do
   o="$out/$(echo "$f" | tr / _).o"
   case "$f" in *_avx2.cpp) extra="-mavx2 -mfma -mf16c" ;; *) extra="" ;; esac
   g++ -std=c++20 -O3 -DTF_X86=1 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -fno-fast-math $extra -Isrc -c "$f" -o "$o" &

@@ -23,7 +23,8 @@ using AttnFn = std::function<void(Backend&, const Tensor&, Tensor, const KvStora
                                   const RowLayout&, const AttnParams&)>;
 using TopkFn = std::function<void(Backend&, const Tensor&, int, bool, int32_t*, float*)>;
 using ScatterFn = std::function<void(Backend&, Tensor, const Tensor&, const int32_t*, const float*, int)>;
-using ArgmaxFn = std::function<void(Backend&, const Tensor&, int32_t*)>;
+using SampleFn = std::function<void(Backend&, const Tensor&, const std::vector<SampleSpec>&,
+                                   const std::vector<PenaltyToken>&, int32_t*)>;
 
 MatmulFn real_matmul();
 RmsFn real_rmsnorm();
@@ -33,7 +34,7 @@ StoreFn real_store();
 AttnFn real_attention();
 TopkFn real_topk();
 ScatterFn real_scatter();
-ArgmaxFn real_argmax();
+SampleFn real_sample();
 
 // Each gate returns "" when the op passes, else the first failure. gpu is checked against cpu.
 std::string matmul_gate(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt, int64_t K,
@@ -54,9 +55,9 @@ std::string embed_gate(Backend& gpu, Backend& cpu, uint32_t seed);
 std::string gather_scatter_gate(const ScatterFn& f, Backend& gpu, Backend& cpu, uint32_t seed);
 std::string topk_gate(const TopkFn& f, Backend& gpu, Backend& cpu, int64_t n, int k, bool norm,
                       uint32_t seed);
-// argmax_rows: the cpu's ids exactly, on random rows and rows of ties, NaNs, infinities and
-// signed zeros, and across row batches.
-std::string argmax_gate(const ArgmaxFn& f, Backend& gpu, Backend& cpu, int64_t n, uint32_t seed);
+// sample_rows: the cpu's ids exactly, greedy and sampled (penalties, temperature, top_k, top_p,
+// min_p), on random rows and rows of ties, NaNs, infinities and signed zeros, and across batches.
+std::string sample_gate(const SampleFn& f, Backend& gpu, Backend& cpu, int64_t n, uint32_t seed);
 // kv_page_to_host / kv_page_from_host: same host layout and bits as the cpu backend.
 std::string kv_page_gate(Backend& gpu, Backend& cpu, uint32_t seed);
 std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Backend& cpu, int L,
@@ -78,7 +79,8 @@ AttnFn control_attention_order_by_rows();
 AttnFn control_attention_one_sequence();
 TopkFn control_topk_ties_high();
 ScatterFn control_scatter_reversed();
-ArgmaxFn control_argmax_ties_high();
+SampleFn control_sample_keyed_by_index();
+SampleFn control_sample_without_penalties();
 
 // Timings for the report: copy bandwidth, big bf16 matmul, batch-1 matmuls.
 void run_bench(Backend& gpu);

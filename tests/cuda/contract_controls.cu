@@ -192,18 +192,21 @@ TopkFn control_topk_ties_high() {
   };
 }
 
-ArgmaxFn control_argmax_ties_high() {
-  return [](Backend& be, const Tensor& x, int32_t* ids) {
-    be.argmax_rows(x, ids);
-    std::vector<float> row(static_cast<size_t>(x.cols));
-    for (int64_t r = 0; r < x.rows; ++r) {
-      be.to_host(x.slice_rows(r, 1), row.data());
-      for (int64_t c = x.cols - 1; c > ids[r]; --c)
-        if (row[static_cast<size_t>(c)] == row[static_cast<size_t>(ids[r])]) {
-          ids[r] = static_cast<int32_t>(c);
-          break;
-        }
-    }
+SampleFn control_sample_keyed_by_index() {
+  return [](Backend& be, const Tensor& x, const std::vector<SampleSpec>& specs, const std::vector<PenaltyToken>& p,
+            int32_t* ids) {
+    std::vector<SampleSpec> s = specs;
+    for (size_t j = 0; j < s.size(); ++j) s[j].position = j;
+    be.sample_rows(x, s, p, ids);
+  };
+}
+
+SampleFn control_sample_without_penalties() {
+  return [](Backend& be, const Tensor& x, const std::vector<SampleSpec>& specs, const std::vector<PenaltyToken>& p,
+            int32_t* ids) {
+    std::vector<SampleSpec> s = specs;
+    for (SampleSpec& one : s) one.pen_count = 0;
+    be.sample_rows(x, s, p, ids);
   };
 }
 

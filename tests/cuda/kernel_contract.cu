@@ -240,8 +240,8 @@ std::vector<Case> kernels() {
                  return topk_gate(real_topk(), g, c, 300, 8, false, 62);
                }});
   for (int64_t n : {int64_t{128256}, int64_t{1000}, int64_t{37}})
-    v.push_back({"argmax_rows n=" + std::to_string(n), [n](Backend& g, Backend& c) {
-                   return argmax_gate(real_argmax(), g, c, n, 63);
+    v.push_back({"sample_rows n=" + std::to_string(n), [n](Backend& g, Backend& c) {
+                   return sample_gate(real_sample(), g, c, n, 63);
                  }});
   v.push_back({"kv_page_to_host + kv_page_from_host", [](Backend& g, Backend& c) {
                  return kv_page_gate(g, c, 75);
@@ -315,8 +315,11 @@ std::vector<Case> controls() {
   v.push_back({"scatter_add applied in reverse order", [](Backend& g, Backend& c) {
                  return gather_scatter_gate(control_scatter_reversed(), g, c, 53);
                }});
-  v.push_back({"argmax ranking ties to the higher id", [](Backend& g, Backend& c) {
-                 return argmax_gate(control_argmax_ties_high(), g, c, 1000, 63);
+  v.push_back({"sampling keyed by the spec's index, not its position", [](Backend& g, Backend& c) {
+                 return sample_gate(control_sample_keyed_by_index(), g, c, 1000, 63);
+               }});
+  v.push_back({"sampling that drops the penalties", [](Backend& g, Backend& c) {
+                 return sample_gate(control_sample_without_penalties(), g, c, 1000, 63);
                }});
   add_hybrid_controls(v);
   for (auto& [name, run] : moe_control_cases()) v.push_back({name, run});

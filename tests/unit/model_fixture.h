@@ -152,9 +152,9 @@ class FailingModel : public Model {
   int64_t state_floats() const override { return inner_.state_floats(); }
   void reserve(int rows) override { inner_.reserve(rows); }
   using Model::forward;
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override {
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override {
     if (armed) throw Error("planted failure");
-    inner_.forward(in, kv, logits, argmax);
+    inner_.forward(in, kv, logits, sampled);
   }
   bool armed = false;
 

@@ -1,10 +1,11 @@
 // The engine's logits buffer: kept across rounds, page-locked once per allocation through the
-// backend, unpinned when it grows and when the engine ends; greedy rows that only need their
-// argmax never reach the host.
+// backend, unpinned when it grows and when the engine ends; rows the host does not read stay on
+// the backend, which draws their tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <random>
 #include <vector>
 
@@ -46,19 +47,21 @@ std::vector<test::Job> jobs(int n, int32_t vocab, uint32_t seed) {
   return out;
 }
 
-// Counts the logit rows of each kind the engine asks for.
+// Counts the logit rows the engine asks for whole, the others, and the draws it leaves to the backend.
 class FlagSpy : public Model {
  public:
   explicit FlagSpy(Model& inner) : inner_(inner) { config_ = inner.config(); }
   void reserve(int rows) override { inner_.reserve(rows); }
   using Model::forward;
-  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& argmax) override {
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override {
     for (size_t i = 0; i < in.logit_rows.size(); ++i) (in.logit_full.empty() || in.logit_full[i] ? full : device)++;
+    draws += static_cast<int>(in.samples.size());
     // Rows left on the device must not be read: poison whatever the host buffer held.
     std::fill(logits.begin(), logits.end(), std::nanf(""));
-    inner_.forward(in, kv, logits, argmax);
+    inner_.forward(in, kv, logits, sampled);
   }
-  int full = 0, device = 0;
+  void reset() { full = device = draws = 0; }
+  int full = 0, device = 0, draws = 0;
 
  private:
   Model& inner_;
@@ -80,7 +83,7 @@ std::vector<std::vector<int32_t>> tokens_of(Engine& engine, const std::vector<Ge
 
 }  // namespace
 
-TEST(EngineLogits, GreedyRowsTakeTheDeviceArgmaxAndGiveTheHostsTokens) {
+TEST(EngineLogits, DrawsStayOnTheBackendAndLogprobsChangeNoToken) {
   cpu::CpuBackend be(2, cpu::best_kernels());
   const ModelFiles files = open_model(test::golden_dir("llama"));
   auto model = load_model(files, be);
@@ -97,33 +100,62 @@ TEST(EngineLogits, GreedyRowsTakeTheDeviceArgmaxAndGiveTheHostsTokens) {
     r.sampling.temperature = 0;
     reqs.push_back(r);
   }
+  reqs[1].sampling.temperature = 0.8f;
+  reqs[1].sampling.top_p = 0.9f;
+  reqs[1].sampling.seed = 9;
   Engine engine(spy, be, opt);
-  const auto greedy = tokens_of(engine, reqs);
+  const auto plain = tokens_of(engine, reqs);
   EXPECT_EQ(spy.full, 0);
   EXPECT_EQ(spy.device, 6 * 6);
-  // The same requests asking for logprobs sample from host rows: the same tokens.
+  EXPECT_EQ(spy.draws, 6 * 6);
+  // Asking for logprobs brings the rows to the host but leaves the draws where they were.
   for (auto& r : reqs) r.logprobs = 0;
-  spy.full = spy.device = 0;
-  EXPECT_EQ(tokens_of(engine, reqs), greedy);
+  spy.reset();
+  EXPECT_EQ(tokens_of(engine, reqs), plain);
   EXPECT_EQ(spy.full, 6 * 6);
-  EXPECT_EQ(spy.device, 0);
-  // Penalties, temperature and a sibling that samples all need the row on the host.
+  EXPECT_EQ(spy.draws, 6 * 6);
+  // Penalties too are applied on the backend, and logprobs leave them alone.
   for (auto& r : reqs) r.logprobs = -1;
-  reqs[0].sampling.repetition_penalty = 1.1f;
-  reqs[1].sampling.temperature = 0.8f;
-  reqs[1].sampling.seed = 9;
-  spy.full = spy.device = 0;
+  reqs[0].sampling.repetition_penalty = 1.3f;
+  reqs[0].sampling.frequency_penalty = 0.5f;
+  spy.reset();
   const auto mixed = tokens_of(engine, reqs);
-  EXPECT_EQ(spy.full, 2 * 6);
-  EXPECT_EQ(spy.device, 4 * 6);
-  for (size_t i = 2; i < reqs.size(); ++i) EXPECT_EQ(mixed[i], greedy[i]) << "request " << i;
+  EXPECT_EQ(spy.full, 0);
+  EXPECT_EQ(spy.draws, 6 * 6);
+  for (size_t i = 1; i < reqs.size(); ++i) EXPECT_EQ(mixed[i], plain[i]) << "request " << i;
+  reqs[0].logprobs = 0;
+  EXPECT_EQ(tokens_of(engine, reqs)[0], mixed[0]);
+  // Siblings draw from their shared prompt row on the backend, each with its own settings.
   std::vector<GenerationRequest> group(2, reqs[2]);
   group[1].sampling.temperature = 1.0f;
-  spy.full = spy.device = 0;
+  spy.reset();
   engine.submit_group(group);
   engine.run_until_idle();
-  EXPECT_EQ(spy.full, 1 + 5) << "the shared prompt row and the sampling sibling's decode rows";
-  EXPECT_EQ(spy.device, 5);
+  EXPECT_EQ(spy.full, 0);
+  EXPECT_EQ(spy.device, 1 + 5 + 5);
+  EXPECT_EQ(spy.draws, 2 + 5 + 5);
+}
+
+TEST(EngineLogits, PenaltiesReachTheBackendsDraw) {
+  cpu::CpuBackend be(2, cpu::best_kernels());
+  const ModelFiles files = open_model(test::golden_dir("llama"));
+  auto model = load_model(files, be);
+  EngineOptions opt;
+  opt.lanes = 2;
+  opt.context = 64;
+  Engine engine(*model, be, opt);
+  GenerationRequest r;
+  r.prompt = jobs(1, model->vocab_size(), 5)[0].prompt;
+  r.max_tokens = 24;
+  r.sampling.temperature = 0;
+  auto repeats = [](const std::vector<int32_t>& t) { return std::set<int32_t>(t.begin(), t.end()).size() < t.size(); };
+  const auto plain = tokens_of(engine, {r})[0];
+  ASSERT_TRUE(repeats(plain)) << "greedy output without a repeat: the check below would prove nothing";
+  // A frequency penalty far above the logits' spread forbids every token generated once.
+  r.sampling.frequency_penalty = 1000.0f;
+  const auto penalized = tokens_of(engine, {r})[0];
+  EXPECT_EQ(penalized.size(), 24u);
+  EXPECT_FALSE(repeats(penalized));
 }
 
 TEST(EngineLogits, PinnedOnceKeptAcrossRoundsAndUnpinnedAtTheEnd) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -170,29 +171,37 @@ int32_t scan_argmax(const std::vector<float>& v) {
   return best;
 }
 
-// The nucleus draw with the whole vocabulary sorted: what the sampler's partial sort must equal.
-int32_t full_sort_top_p(const std::vector<float>& l, float temperature, float top_p, uint64_t seed, uint64_t pos) {
+// The ids a spec may draw, by sorting: the top_k by logit (ties kept), then the shortest prefix by
+// weight whose sum reaches top_p, then weights of at least min_p; one more id past the prefix is
+// allowed (share 0), where the canonical sum and the sorted sum round apart. Each id's share.
+std::map<int32_t, double> allowed(const std::vector<float>& l, const SampleSpec& s) {
   const size_t n = l.size();
   std::vector<int32_t> ids(n);
   std::iota(ids.begin(), ids.end(), 0);
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-  std::vector<double> e(n);
+  const float m = l[static_cast<size_t>(ids[0])], inv_t = 1.0f / s.temperature;
+  size_t k = n;
+  if (s.top_k > 0 && static_cast<size_t>(s.top_k) < n) {
+    k = static_cast<size_t>(s.top_k);
+    while (k < n && l[static_cast<size_t>(ids[k])] == l[static_cast<size_t>(ids[k - 1])]) ++k;
+  }
+  std::vector<double> e(k);
   double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += e[i] = std::exp((static_cast<double>(l[ids[i]]) - l[ids[0]]) / temperature);
-  size_t keep = n;
+  for (size_t i = 0; i < k; ++i) sum += e[i] = std::exp((l[static_cast<size_t>(ids[i])] - m) * inv_t);
+  size_t keep = k;
   double cum = 0;
-  for (size_t i = 0; i < n; ++i)
-    if ((cum += e[i] / sum) >= top_p) {
+  for (size_t i = 0; i < k && s.top_p < 1.0f; ++i)
+    if ((cum += e[i]) >= static_cast<double>(s.top_p) * sum) {
       keep = i + 1;
       break;
     }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += e[i] / sum;
-  const double u = philox_uniform(seed, pos) * total;
-  cum = 0;
+  std::map<int32_t, double> out;
+  double kept = 0;
   for (size_t i = 0; i < keep; ++i)
-    if (u < (cum += e[i] / sum)) return ids[i];
-  return ids[keep - 1];
+    if (e[i] >= static_cast<double>(s.min_p)) kept += e[i];
+  for (size_t i = 0; i < std::min(k, keep + 1); ++i)
+    if (e[i] >= static_cast<double>(s.min_p)) out[ids[i]] = i < keep ? e[i] / kept : 0.0;
+  return out;
 }
 
 }  // namespace
@@ -216,23 +225,84 @@ TEST(Sampler, ArgmaxIsTheLeftToRightScan) {
     }
 }
 
-TEST(Sampler, NucleusEqualsTheFullSort) {
+TEST(Sampler, DrawsStayInTheirFiltersAndFollowTheWeights) {
   std::mt19937 rng(11);
-  std::normal_distribution<float> d(0.0f, 3.0f);
-  Sampler s;
-  const std::vector<int32_t> hist = {0};
-  for (int trial = 0; trial < 60; ++trial) {
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (int trial = 0; trial < 12; ++trial) {
     std::vector<float> l(3000 + static_cast<size_t>(trial) * 37);
     for (auto& x : l) x = d(rng);
-    SamplingParams p;
-    p.temperature = trial % 3 == 0 ? 2.0f : 0.7f;  // wide nuclei need several rounds of sorting
-    p.top_p = std::vector<float>{0.5f, 0.9f, 0.95f, 0.999f}[static_cast<size_t>(trial % 4)];
-    p.seed = static_cast<uint64_t>(trial);
-    const uint64_t pos = 5 + static_cast<uint64_t>(trial);
-    ASSERT_EQ(s.sample(l.data(), static_cast<int32_t>(l.size()), p, hist, 1, pos),
-              full_sort_top_p(l, p.temperature, p.top_p, p.seed, pos))
-        << "trial " << trial;
+    l[static_cast<size_t>(trial * 7)] = 9.0f;  // one clear favourite, so its share is measurable
+    SampleSpec s;
+    s.temperature = trial % 3 == 0 ? 2.0f : 0.7f;
+    s.top_p = std::vector<float>{1.0f, 0.5f, 0.9f, 0.99f}[static_cast<size_t>(trial % 4)];
+    s.top_k = trial % 5 == 1 ? 20 : 0;
+    s.min_p = trial % 6 == 2 ? 0.02f : 0.0f;
+    s.seed = static_cast<uint64_t>(trial);
+    const auto ok = allowed(l, s);
+    const int draws = 3000;
+    int top = 0;
+    for (int pos = 0; pos < draws; ++pos) {
+      s.position = static_cast<uint64_t>(pos);
+      const int32_t id = sample_row(l.data(), static_cast<int32_t>(l.size()), s);
+      ASSERT_TRUE(ok.count(id)) << "trial " << trial << " drew " << id << " outside its filters";
+      top += id == trial * 7;
+    }
+    const double p = ok.at(trial * 7), sigma = std::sqrt(p * (1 - p) / draws);
+    EXPECT_NEAR(top / static_cast<double>(draws), p, 5 * sigma + 1e-3) << "trial " << trial;
   }
+}
+
+TEST(Sampler, RuleExpIsCloseToExpAndExactAtZero) {
+  EXPECT_EQ(sample_exp(0.0f), 1.0f);
+  EXPECT_EQ(sample_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(sample_exp(std::nanf("")), 0.0f);
+  EXPECT_EQ(sample_exp(-200.0f), 0.0f);
+  double worst = 0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.00137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(sample_exp(x) - want) / want);
+  }
+  EXPECT_LT(worst, 1e-6);
+  // Below the normal range: one rounding, so within half a denormal step (plus the relative error).
+  for (float x = -103.0f; x < -88.0f; x += 0.37f)
+    EXPECT_NEAR(sample_exp(x), std::exp(static_cast<double>(x)), 1e-45 + 1e-6 * std::exp(static_cast<double>(x))) << x;
+}
+
+TEST(Sampler, BracketedNucleusSearchEqualsTheBitwiseSearch) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 40; ++trial) {
+    // Flat, peaked and tied weights in [0, 1], the largest 1 as the rule makes them.
+    std::vector<float> e(500 + static_cast<size_t>(trial) * 97);
+    const float spread = trial % 3 == 0 ? 0.5f : trial % 3 == 1 ? 8.0f : 30.0f;
+    std::normal_distribution<float> d(0.0f, spread);
+    for (auto& v : e) v = std::exp(-std::fabs(d(rng)));
+    for (size_t i = 0; i < e.size(); i += 7) e[i] = e[0];
+    e[static_cast<size_t>(trial) % e.size()] = 1.0f;
+    std::vector<double> unused;
+    double total = 0;
+    for (float v : e) total += v;
+    for (double p : {0.01, 0.3, 0.5, 0.9, 0.95, 0.999, 1.0}) {
+      const double target = p * total * (1 + 1e-12 * (trial % 2));
+      ASSERT_EQ(nucleus_bits(e, target, true), nucleus_bits(e, target, false)) << "trial " << trial << " p " << p;
+    }
+  }
+}
+
+TEST(Sampler, ColdOrTopOneIsTheArgmaxAndARowOfNoFiniteLogitToo) {
+  std::vector<float> l = {0.5f, 3.0f, -1.0f, 3.0f};
+  SampleSpec s;
+  EXPECT_EQ(sample_row(l.data(), 4, s), 1);  // temperature 0
+  s.temperature = 1.0f;
+  s.top_k = 1;
+  EXPECT_EQ(sample_row(l.data(), 4, s), 1);
+  s.top_k = 0;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> hot = {0.5f, inf, 2.0f}, cold = {-inf, -inf, -inf};
+  EXPECT_EQ(sample_row(hot.data(), 3, s), 1);
+  EXPECT_EQ(sample_row(cold.data(), 3, s), 0);
+  // min_p above every weight leaves nothing: the argmax.
+  s.min_p = 2.0f;
+  EXPECT_EQ(sample_row(l.data(), 4, s), 1);
 }
 
 }  // namespace tf

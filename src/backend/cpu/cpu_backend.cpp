@@ -7,7 +7,6 @@
 #include <cstring>
 #include <vector>
 
-#include "base/argmax.h"
 #include "base/error.h"
 
 namespace tf::cpu {
@@ -100,9 +99,15 @@ void CpuBackend::to_host(const Tensor& src, float* dst) {
   std::memcpy(dst, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float));
 }
 
-void CpuBackend::argmax_rows(const Tensor& x, int32_t* ids) {
-  check_tensor(x, "argmax_rows", "x");
-  for (int64_t r = 0; r < x.rows; ++r) ids[r] = argmax(x.row(r), static_cast<int32_t>(x.cols));
+void CpuBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs,
+                             const std::vector<PenaltyToken>& pens, int32_t* ids) {
+  check_tensor(logits, "sample_rows", "logits");
+  check_samples(logits, specs, pens);
+  // Rows are independent: each spec's draw on its own thread.
+  pool_.run_tasks(static_cast<int64_t>(specs.size()), [&](int64_t j) {
+    const SampleSpec& s = specs[static_cast<size_t>(j)];
+    ids[j] = sample_row(logits.row(s.row), static_cast<int32_t>(logits.cols), s, pens.data() + s.pen_begin);
+  });
 }
 
 void CpuBackend::from_host(const float* src, Tensor dst) {

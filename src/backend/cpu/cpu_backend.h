@@ -49,7 +49,8 @@ class CpuBackend : public Backend {
   Tensor alloc(int64_t rows, int64_t cols) override;
   void free(Tensor& t) override;
   void to_host(const Tensor& src, float* dst) override;
-  void argmax_rows(const Tensor& x, int32_t* ids) override;
+  void sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs, const std::vector<PenaltyToken>& pens,
+                   int32_t* ids) override;
   void from_host(const float* src, Tensor dst) override;
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;
   void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;

@@ -72,8 +72,9 @@ struct GroupedRows {
   const float* x2 = nullptr;
 };
 
-// The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, argmax ids.
-enum BufferSlot : int { kSlotMoe = 0, kSlotMoeCount = 8, kSlotSplitX = kSlotMoe + kSlotMoeCount, kSlotArgmax };
+// The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's ids,
+// weights and penalized rows.
+enum BufferSlot : int { kSlotMoe = 0, kSlotMoeCount = 8, kSlotSplitX = kSlotMoe + kSlotMoeCount, kSlotSample, kSlotSampleWeights, kSlotSamplePenalized };
 
 class CudaBackend : public Backend {
  public:
@@ -86,7 +87,8 @@ class CudaBackend : public Backend {
   void free(Tensor& t) override;
   void to_host(const Tensor& src, float* dst) override;
   void from_host(const float* src, Tensor dst) override;
-  void argmax_rows(const Tensor& x, int32_t* ids) override;
+  void sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs, const std::vector<PenaltyToken>& pens,
+                   int32_t* ids) override;
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;
   std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                       int head_dim) override;

@@ -2,6 +2,8 @@
 // order rule every path keeps is in cuda_matmul.cuh.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_matmul.cuh"
 
@@ -308,11 +310,22 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
 }
 
 
+// TF_CUDA_FREE_ORDER=1 gives up invariance for timing its cost: many-row matmuls run one chain
+// over all of K, as an engine free to pick its reduction by batch size would.
+bool free_order() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FREE_ORDER");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 template <int WT>
 void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                     Tensor y) {
   // Every path runs the same slices and chains; the row count only picks who runs them.
-  const SplitArgs sp = split_for(x.cols, y.cols);
+  SplitArgs sp = split_for(x.cols, y.cols);
+  if (x.rows > 16 && free_order()) sp = SplitArgs{x.cols, 1, nullptr, nullptr, false};
   if (x.rows <= 16) launch_few_rows(be, x, w, bias, y, sp);
   else if (launch_bf16_pipe(be, x, w, bias, y, sp)) return;
   else if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT, true>(be, x, w, bias, y, sp);

@@ -1,7 +1,6 @@
 // Row-wise ops of the CUDA backend: each row reads only its own inputs in a fixed order.
 // Compiled with --fmad=false, so products and sums round separately as in the cpu backend.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,36 +22,6 @@ __global__ void embed_kernel(int dt, const void* table, const float* scales, con
   if (i >= total) return;
   const int64_t r = i / cols, c = i % cols;
   out[i] = load_elem(dt, table, scales, static_cast<int64_t>(ids[r]) * cols + c);
-}
-
-constexpr int kArgmaxThreads = 512;
-
-// (v, i) beats (bv, bi) when larger, or equal with a lower id; NaN never beats anything.
-__device__ __forceinline__ bool argmax_beats(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
-// One block a row: the largest logit, ties to the lowest id, 0 when the first logit is NaN.
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, int64_t cols, int32_t* ids) {
-  const float* row = x + static_cast<int64_t>(blockIdx.x) * cols;
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int64_t c = threadIdx.x; c < cols; c += kArgmaxThreads)
-    if (argmax_beats(row[c], static_cast<int>(c), bv, bi)) bv = row[c], bi = static_cast<int>(c);
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, bv, off);
-    const int i = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (argmax_beats(v, i, bv, bi)) bv = v, bi = i;
-  }
-  __shared__ float sv[kArgmaxThreads / 32];
-  __shared__ int si[kArgmaxThreads / 32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) sv[warp] = bv, si[warp] = bi;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kArgmaxThreads / 32; ++w)
-    if (argmax_beats(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
-  ids[blockIdx.x] = isnan(row[0]) || bi == INT_MAX ? 0 : bi;
 }
 
 constexpr int kNormThreads = 256;
@@ -439,17 +408,6 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
       w_out[r * k + j] = norm ? pr[id] / ksum : pr[id];
     }
   }
-}
-
-void CudaBackend::argmax_rows(const Tensor& x, int32_t* ids) {
-  const ProfScope prof(*this, "argmax_rows", nullptr, x.rows);
-  check_tensor(x, "argmax_rows", "x");
-  TF_CHECK(x.cols > 0 && x.cols <= INT_MAX, "argmax_rows: ", x.cols, " columns");
-  if (x.rows == 0) return;
-  auto* d_ids = static_cast<int32_t*>(buffer(kSlotArgmax, static_cast<uint64_t>(x.rows) * 4));
-  argmax_kernel<<<static_cast<unsigned>(x.rows), kArgmaxThreads>>>(x.data, x.cols, d_ids);
-  check_launch("argmax_rows");
-  TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, static_cast<size_t>(x.rows) * 4, cudaMemcpyDeviceToHost), "argmax_rows");
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Tensor dst) {
