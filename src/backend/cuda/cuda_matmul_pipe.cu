@@ -229,10 +229,19 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   uint16_t* lo = hi + M * Kp;
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
   split_x_kernel<<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
-  // Slices as blocks of their own put more blocks on the card than folding tiles do; past
-  // kMaxPartials the tiles fold their slices in place, keeping the partials' memory bounded.
+  // Tiles fold their slices in place (no partials, no second pass) once tiles alone give every SM
+  // a block, or once the partials would pass kMaxPartials; fewer tiles run slices as blocks of
+  // their own, for occupancy. The chains are the same either way. TF_CUDA_FOLD=0: never fold below
+  // kMaxPartials (side-by-side timing).
   constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
-  if (static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) <= kMaxPartials)
+  static const bool fold_off = [] {
+    const char* e = std::getenv("TF_CUDA_FOLD");
+    return e && std::string(e) == "0";
+  }();
+  const int64_t tiles = ((M + 63) / 64) * ((y.cols + 127) / 128);
+  const bool fold = (!fold_off && tiles >= kTargetBlocks / 4) ||
+                    static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) > kMaxPartials;
+  if (!fold)
     launch<64, 128, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
   else
     launch<64, 128, 64, 2, 4, 3, 2, false>(be, hi, lo, Kp, x, w, bias, y, sp);
