@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <numeric>
 #include <random>
 
@@ -303,6 +304,30 @@ TEST(Sampler, ColdOrTopOneIsTheArgmaxAndARowOfNoFiniteLogitToo) {
   // min_p above every weight leaves nothing: the argmax.
   s.min_p = 2.0f;
   EXPECT_EQ(sample_row(l.data(), 4, s), 1);
+  s.min_p = 0.0f;
+  // Extreme settings the rule meets from callers other than the server: a denormal or NaN
+  // temperature is greedy, a tiny top_p keeps the largest logits only, a huge temperature draws
+  // from every id, top_k past the vocabulary filters nothing.
+  for (float t : {1e-45f, std::nanf("")}) {
+    s.temperature = t;
+    EXPECT_EQ(sample_row(l.data(), 4, s), 1) << t;
+  }
+  s.temperature = 1.0f;
+  s.top_p = 1e-9f;
+  for (uint64_t pos = 0; pos < 50; ++pos) {
+    s.position = pos;
+    const int32_t id = sample_row(l.data(), 4, s);
+    EXPECT_TRUE(id == 1 || id == 3) << id;  // the tied largest logits both stay
+  }
+  s.top_p = 1.0f;
+  s.temperature = 1e30f;
+  s.top_k = 1000;
+  std::set<int32_t> seen;
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    s.position = pos;
+    seen.insert(sample_row(l.data(), 4, s));
+  }
+  EXPECT_EQ(seen.size(), 4u);
 }
 
 }  // namespace tf
