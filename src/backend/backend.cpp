@@ -6,8 +6,9 @@ namespace tf {
 
 void Backend::check_samples(const Tensor& logits, const std::vector<SampleSpec>& specs,
                             const std::vector<PenaltyToken>& pens) {
-  std::vector<uint32_t> seen(static_cast<size_t>(logits.cols), 0);
+  std::vector<uint32_t> seen;  // spec index + 1 of each token's last mention, when there are penalties
   for (size_t j = 0; j < specs.size(); ++j) {
+    if (specs[j].pen_count > 0 && seen.empty()) seen.assign(static_cast<size_t>(logits.cols), 0);
     const SampleSpec& s = specs[j];
     TF_CHECK(s.row >= 0 && s.row < logits.rows, "sample_rows: row ", s.row, " of ", logits.rows);
     TF_CHECK(s.pen_count == 0 || (s.pen_begin >= 0 && s.pen_count > 0 &&

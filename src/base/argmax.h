@@ -1,5 +1,5 @@
 #pragma once
-// Greedy choice over a row of logits, shared by the sampler and every backend's argmax_rows.
+// Greedy choice over a row of logits, shared by the sampling rule and every backend.
 #include <cstdint>
 
 namespace tf {
