@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/engine_lane.h"
 
 namespace tf {
 
@@ -19,20 +20,6 @@ const char* finish_reason_name(FinishReason r) {
   return "";
 }
 
-struct Engine::Lane {
-  int index = 0;
-  bool active = false;
-  uint64_t id = 0;
-  GenerationRequest req;
-  std::vector<int32_t> tokens;  // prompt then generated
-  std::vector<int32_t> pages;
-  int computed = 0;
-  int generated = 0;
-  int cached = 0;  // prompt tokens adopted from the prefix store
-  int state = -1;  // recurrent state slot (models with recurrent layers)
-  bool waiting = false;  // a sibling waiting for its leader's prompt
-  std::vector<std::pair<int, uint64_t>> followers;  // (lane, request) of siblings sharing this prompt
-};
 
 namespace {
 
@@ -463,28 +450,7 @@ bool Engine::step_round() {
         logit_idx.push_back(li);
         in.logit_rows.push_back(row);
         bool full = static_cast<bool>(l.req.on_logits);
-        if ((it.decode || last_chunk) && pos == it.end - 1) {
-          // The lane's draw (and its waiting siblings' from the same row) on the backend; logprobs
-          // bring the row to the host as well.
-          auto plan_draw = [&](Lane& d) {
-            full = full || d.req.logprobs >= 0;
-            spec_of_lane_[static_cast<size_t>(d.index)] = static_cast<int>(in.samples.size());
-            in.samples.push_back(Sampler::spec(d.req.sampling, li, d.tokens.size()));
-            SampleSpec& s = in.samples.back();
-            if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f) {
-              s.pen_begin = static_cast<int32_t>(in.penalties.size());
-              Sampler::history_tokens(d.tokens, d.req.prompt.size(), model_.vocab_size(), s.repetition != 1.0f,
-                                      in.penalties);
-              s.pen_count = static_cast<int32_t>(in.penalties.size()) - s.pen_begin;
-            }
-          };
-          plan_draw(l);
-          if (!it.decode)
-            for (const auto& [idx, id] : l.followers) {
-              Lane& f = *lanes_[static_cast<size_t>(idx)];
-              if (f.active && f.id == id) plan_draw(f);
-            }
-        }
+        if ((it.decode || last_chunk) && pos == it.end - 1) full = plan_draws(l, !it.decode, li, in) || full;
         in.logit_full.push_back(full ? 1 : 0);
       } else {
         logit_idx.push_back(-1);
@@ -569,59 +535,12 @@ bool Engine::step_round() {
   return true;
 }
 
-void Engine::logprobs_of_draws() {
-  const int32_t V = model_.vocab_size();
-  auto one = [&](Draw& d) {
-    const Lane& l = *d.lane;
-    if (l.req.max_tokens == 0 || l.req.logprobs < 0) return;
-    d.logprob = Sampler::logprob_of(d.row, V, d.token);
-    if (l.req.logprobs > 0) d.top = Sampler::top_logprobs(d.row, V, l.req.logprobs);
-  };
-  size_t n = 0;
-  for (const Draw& d : draws_) n += d.lane->req.logprobs >= 0 ? 1 : 0;
-  if (n < 2) {
-    for (Draw& d : draws_) one(d);
-    return;
-  }
-  // Each depends on its own row and lane only, so they run in parallel.
-  log_pool_->parallel_for(static_cast<int64_t>(draws_.size()), [&](int, int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) one(draws_[static_cast<size_t>(i)]);
-  });
-}
-
 void Engine::snapshot_state(Lane& lane, int mark) {
   auto snap = std::make_shared<std::vector<float>>(static_cast<size_t>(state_floats_));
   backend_.to_host(state_slot(lane.state), snap->data());
   const int pages = mark / opt_.page_size;
   store_->insert(lane.req.cache_salt, lane.tokens, lane.pages, pages);
   store_->attach_state(lane.req.cache_salt, lane.tokens, pages, std::move(snap));
-}
-
-void Engine::emit(Lane& l, Draw& d) {
-  const int n_prompt = static_cast<int>(l.req.prompt.size());
-  if (l.req.max_tokens == 0) {
-    finish(l, FinishReason::Length);
-    return;
-  }
-  const int32_t tok = d.token;
-  TokenEvent ev;
-  ev.request = l.id;
-  ev.token = tok;
-  ev.logprob = d.logprob;
-  ev.top = std::move(d.top);
-  ev.prompt_tokens = n_prompt;
-  ev.cached_tokens = l.cached;
-  if (std::find(l.req.stop_ids.begin(), l.req.stop_ids.end(), tok) != l.req.stop_ids.end()) {
-    finish(l, FinishReason::Stop);
-    return;
-  }
-  l.tokens.push_back(tok);
-  ++l.generated;
-  ++generated_tokens_;
-  ev.completion_tokens = l.generated;
-  if (l.req.on_event) l.req.on_event(ev);
-  if (l.generated >= l.req.max_tokens || static_cast<int>(l.tokens.size()) >= opt_.context)
-    finish(l, FinishReason::Length);
 }
 
 void Engine::run_until_idle() {

@@ -146,6 +146,9 @@ class Engine {
     float logprob = 0;
     std::vector<TokenLogprob> top;
   };
+  // Adds the draws of lane l (and, with_followers, its waiting siblings) from logit row li to the
+  // round; true when the row must come to the host (logprobs).
+  bool plan_draws(Lane& l, bool with_followers, int li, RoundInput& in);
   // Logprobs of the round's draws that asked for them, in parallel.
   void logprobs_of_draws();
   void emit(Lane& lane, Draw& d);

@@ -36,6 +36,9 @@ TopkFn real_topk();
 ScatterFn real_scatter();
 SampleFn real_sample();
 
+// Where a batch of m rows starts inside M rows: spread over the range, the same for every gate.
+int64_t offset_for(int64_t m, int64_t M);
+
 // Each gate returns "" when the op passes, else the first failure. gpu is checked against cpu.
 std::string matmul_gate(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt, int64_t K,
                         int64_t N, int64_t M, const std::vector<int64_t>& ms, bool bias,

@@ -54,8 +54,6 @@ std::vector<double> abs_of(const std::vector<float>& v) {
   return m;
 }
 
-int64_t offset_for(int64_t m, int64_t M) { return (m * 7) % (M - m + 1); }
-
 }  // namespace
 
 std::string sigmoid_topk_gate(const SigTopkFn& f, Backend& gpu, Backend& cpu, int64_t n, int n_group,
