@@ -17,9 +17,12 @@ bool Engine::plan_draws(Lane& l, bool with_followers, int li, RoundInput& in) {
     in.samples.push_back(Sampler::spec(d.req.sampling, li, d.tokens.size()));
     SampleSpec& s = in.samples.back();
     if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f) {
+      if (d.pen_for != d.id) d.penalties.reset(), d.pen_for = d.id;
+      d.penalties.update(d.tokens, d.req.prompt.size(), model_.vocab_size(), s.repetition != 1.0f);
+      const auto& t = d.penalties.tokens();
       s.pen_begin = static_cast<int32_t>(in.penalties.size());
-      Sampler::history_tokens(d.tokens, d.req.prompt.size(), model_.vocab_size(), s.repetition != 1.0f, in.penalties);
-      s.pen_count = static_cast<int32_t>(in.penalties.size()) - s.pen_begin;
+      s.pen_count = static_cast<int32_t>(t.size());
+      in.penalties.insert(in.penalties.end(), t.begin(), t.end());
     }
   };
   plan_draw(l);

@@ -21,6 +21,8 @@ struct Engine::Lane {
   int state = -1;  // recurrent state slot (models with recurrent layers)
   bool waiting = false;  // a sibling waiting for its leader's prompt
   std::vector<std::pair<int, uint64_t>> followers;  // (lane, request) of siblings sharing this prompt
+  PenaltyHistory penalties;  // of request pen_for, when its sampling has penalties
+  uint64_t pen_for = 0;
 };
 
 }  // namespace tf

@@ -23,26 +23,35 @@ SampleSpec Sampler::spec(const SamplingParams& p, int32_t row, uint64_t position
   return s;
 }
 
-void Sampler::history_tokens(const std::vector<int32_t>& history, size_t n_prompt, int32_t vocab, bool with_prompt,
-                             std::vector<PenaltyToken>& out) {
-  std::unordered_map<int32_t, size_t> at;  // id -> its entry in out
-  for (size_t i = with_prompt ? 0 : n_prompt; i < history.size(); ++i) {
-    const int32_t t = history[i];
-    if (t < 0 || t >= vocab) continue;
-    auto [it, fresh] = at.try_emplace(t, out.size());
-    if (fresh) out.push_back(PenaltyToken{t, 0});
-    if (i >= n_prompt) ++out[it->second].generated;
+void PenaltyHistory::reset() {
+  tokens_.clear();
+  at_.clear();
+  counted_ = 0;
+}
+
+void PenaltyHistory::update(const std::vector<int32_t>& history, size_t n_prompt, int32_t vocab, bool with_prompt) {
+  if (n_prompt != n_prompt_ || with_prompt != with_prompt_ || history.size() < counted_) {
+    reset();
+    n_prompt_ = n_prompt, with_prompt_ = with_prompt;
   }
+  for (size_t i = counted_; i < history.size(); ++i) {
+    const int32_t t = history[i];
+    if (t < 0 || t >= vocab || (!with_prompt && i < n_prompt)) continue;
+    auto [it, fresh] = at_.try_emplace(t, tokens_.size());
+    if (fresh) tokens_.push_back(PenaltyToken{t, 0});
+    if (i >= n_prompt) ++tokens_[it->second].generated;
+  }
+  counted_ = history.size();
 }
 
 int32_t Sampler::sample(const float* logits, int32_t vocab, const SamplingParams& p,
                         const std::vector<int32_t>& history, size_t n_prompt, uint64_t position) {
   SampleSpec s = spec(p, 0, position);
-  pens_.clear();
+  PenaltyHistory pens;
   if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f)
-    history_tokens(history, n_prompt, vocab, s.repetition != 1.0f, pens_);
-  s.pen_count = static_cast<int32_t>(pens_.size());
-  return sample_row(logits, vocab, s, pens_.data());
+    pens.update(history, n_prompt, vocab, s.repetition != 1.0f);
+  s.pen_count = static_cast<int32_t>(pens.tokens().size());
+  return sample_row(logits, vocab, s, pens.tokens().data());
 }
 
 float Sampler::logprob_of(const float* logits, int32_t vocab, int32_t id) {

@@ -4,6 +4,7 @@
 // chunking and drafting never shift a request's stream.
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/sampling.h"
@@ -28,25 +29,37 @@ struct TokenLogprob {
   float logprob = 0;
 };
 
+// The distinct tokens of one growing sequence with how often each was generated, kept up to date
+// as tokens are appended, so a round counts only the new ones instead of the whole history.
+class PenaltyHistory {
+ public:
+  // Counts history past what was counted (prompt tokens too when with_prompt); history must extend
+  // the one counted before (reset() for another sequence).
+  void update(const std::vector<int32_t>& history, size_t n_prompt, int32_t vocab, bool with_prompt);
+  void reset();
+  const std::vector<PenaltyToken>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<PenaltyToken> tokens_;
+  std::unordered_map<int32_t, size_t> at_;  // id -> its entry in tokens_
+  size_t counted_ = 0;                      // history positions counted so far
+  size_t n_prompt_ = 0;
+  bool with_prompt_ = false;
+};
+
 class Sampler {
  public:
   // The backend's spec of a draw from logits row `row` for the token at `position`.
   static SampleSpec spec(const SamplingParams& p, int32_t row, uint64_t position);
-  // Appends the distinct tokens of history (prompt too when with_prompt) with how often each was
-  // generated: what the spec's penalties act on.
-  static void history_tokens(const std::vector<int32_t>& history, size_t n_prompt, int32_t vocab, bool with_prompt,
-                             std::vector<PenaltyToken>& out);
   // The same draw on the host. history: prompt then generated tokens; n_prompt of them are the
   // prompt. position: the index the chosen token will take in the sequence.
-  int32_t sample(const float* logits, int32_t vocab, const SamplingParams& p,
-                 const std::vector<int32_t>& history, size_t n_prompt, uint64_t position);
+  static int32_t sample(const float* logits, int32_t vocab, const SamplingParams& p,
+                        const std::vector<int32_t>& history, size_t n_prompt, uint64_t position);
 
   // log-softmax of the raw logits: the chosen token's and the n most likely.
   static float logprob_of(const float* logits, int32_t vocab, int32_t id);
   static std::vector<TokenLogprob> top_logprobs(const float* logits, int32_t vocab, int n);
 
- private:
-  std::vector<PenaltyToken> pens_;
 };
 
 }  // namespace tf

@@ -253,6 +253,36 @@ TEST(Sampler, DrawsStayInTheirFiltersAndFollowTheWeights) {
   }
 }
 
+TEST(Sampler, PenaltyHistoryCountsOnlyNewTokensAndEqualsAFreshCount) {
+  std::mt19937 rng(17);
+  PenaltyHistory grown;
+  std::vector<int32_t> history;
+  const size_t n_prompt = 40;
+  for (int step = 0; step < 300; ++step) {
+    // Prompt, then generated tokens a few at a time; some ids outside a vocabulary of 50.
+    const int add = step == 0 ? static_cast<int>(n_prompt) : 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < add; ++i) history.push_back(static_cast<int32_t>(rng() % 53) - 1);
+    const bool with_prompt = step < 150;  // a settings change starts the count over
+    grown.update(history, n_prompt, 50, with_prompt);
+    PenaltyHistory fresh;
+    fresh.update(history, n_prompt, 50, with_prompt);
+    ASSERT_EQ(grown.tokens().size(), fresh.tokens().size()) << "step " << step;
+    for (size_t i = 0; i < fresh.tokens().size(); ++i) {
+      ASSERT_EQ(grown.tokens()[i].id, fresh.tokens()[i].id) << "step " << step;
+      ASSERT_EQ(grown.tokens()[i].generated, fresh.tokens()[i].generated) << "step " << step;
+    }
+  }
+  // A history shorter than what was counted is another sequence: counted afresh.
+  history.resize(n_prompt + 5);
+  grown.update(history, n_prompt, 50, false);
+  PenaltyHistory fresh;
+  fresh.update(history, n_prompt, 50, false);
+  EXPECT_EQ(grown.tokens().size(), fresh.tokens().size());
+  int generated = 0;
+  for (const PenaltyToken& t : grown.tokens()) generated += t.generated;
+  EXPECT_LE(generated, 5);
+}
+
 TEST(Sampler, RuleExpIsCloseToExpAndExactAtZero) {
   EXPECT_EQ(sample_exp(0.0f), 1.0f);
   EXPECT_EQ(sample_exp(-std::numeric_limits<float>::infinity()), 0.0f);
