@@ -14,16 +14,9 @@ bool Engine::plan_draws(Lane& l, bool with_followers, int li, RoundInput& in) {
   auto plan_draw = [&](Lane& d) {
     full = full || d.req.logprobs >= 0;
     spec_of_lane_[static_cast<size_t>(d.index)] = static_cast<int>(in.samples.size());
-    in.samples.push_back(Sampler::spec(d.req.sampling, li, d.tokens.size()));
-    SampleSpec& s = in.samples.back();
-    if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f) {
-      if (d.pen_for != d.id) d.penalties.reset(), d.pen_for = d.id;
-      d.penalties.update(d.tokens, d.req.prompt.size(), model_.vocab_size(), s.repetition != 1.0f);
-      const auto& t = d.penalties.tokens();
-      s.pen_begin = static_cast<int32_t>(in.penalties.size());
-      s.pen_count = static_cast<int32_t>(t.size());
-      in.penalties.insert(in.penalties.end(), t.begin(), t.end());
-    }
+    if (d.pen_for != d.id) d.penalties.reset(), d.pen_for = d.id;
+    in.samples.push_back(Sampler::spec(d.req.sampling, li, d.tokens.size(), d.tokens, d.req.prompt.size(),
+                                       model_.vocab_size(), d.penalties, in.penalties));
   };
   plan_draw(l);
   if (with_followers)

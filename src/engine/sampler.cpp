@@ -8,7 +8,8 @@
 
 namespace tf {
 
-SampleSpec Sampler::spec(const SamplingParams& p, int32_t row, uint64_t position) {
+SampleSpec Sampler::spec(const SamplingParams& p, int32_t row, uint64_t position, const std::vector<int32_t>& history,
+                         size_t n_prompt, int32_t vocab, PenaltyHistory& hist, std::vector<PenaltyToken>& pens) {
   SampleSpec s;
   s.row = row;
   s.temperature = p.temperature;
@@ -20,6 +21,13 @@ SampleSpec Sampler::spec(const SamplingParams& p, int32_t row, uint64_t position
   s.frequency = p.frequency_penalty;
   s.seed = p.seed;
   s.position = position;
+  if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f) {
+    // Repetition acts on the prompt's tokens too; presence and frequency on generated ones only.
+    hist.update(history, n_prompt, vocab, s.repetition != 1.0f);
+    s.pen_begin = static_cast<int32_t>(pens.size());
+    s.pen_count = static_cast<int32_t>(hist.tokens().size());
+    pens.insert(pens.end(), hist.tokens().begin(), hist.tokens().end());
+  }
   return s;
 }
 
@@ -42,16 +50,6 @@ void PenaltyHistory::update(const std::vector<int32_t>& history, size_t n_prompt
     if (i >= n_prompt) ++tokens_[it->second].generated;
   }
   counted_ = history.size();
-}
-
-int32_t Sampler::sample(const float* logits, int32_t vocab, const SamplingParams& p,
-                        const std::vector<int32_t>& history, size_t n_prompt, uint64_t position) {
-  SampleSpec s = spec(p, 0, position);
-  PenaltyHistory pens;
-  if (s.repetition != 1.0f || s.presence != 0.0f || s.frequency != 0.0f)
-    pens.update(history, n_prompt, vocab, s.repetition != 1.0f);
-  s.pen_count = static_cast<int32_t>(pens.tokens().size());
-  return sample_row(logits, vocab, s, pens.tokens().data());
 }
 
 float Sampler::logprob_of(const float* logits, int32_t vocab, int32_t id) {

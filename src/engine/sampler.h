@@ -8,8 +8,6 @@
 #include <vector>
 
 #include "backend/sampling.h"
-#include "base/argmax.h"
-#include "base/philox.h"
 
 namespace tf {
 
@@ -49,12 +47,11 @@ class PenaltyHistory {
 
 class Sampler {
  public:
-  // The backend's spec of a draw from logits row `row` for the token at `position`.
-  static SampleSpec spec(const SamplingParams& p, int32_t row, uint64_t position);
-  // The same draw on the host. history: prompt then generated tokens; n_prompt of them are the
-  // prompt. position: the index the chosen token will take in the sequence.
-  static int32_t sample(const float* logits, int32_t vocab, const SamplingParams& p,
-                        const std::vector<int32_t>& history, size_t n_prompt, uint64_t position);
+  // The backend's spec of a draw from logits row `row` for the token at `position`. history:
+  // prompt then generated tokens, n_prompt of them the prompt; with penalties, hist (which follows
+  // this sequence) counts it and the spec's tokens are appended to pens.
+  static SampleSpec spec(const SamplingParams& p, int32_t row, uint64_t position, const std::vector<int32_t>& history,
+                         size_t n_prompt, int32_t vocab, PenaltyHistory& hist, std::vector<PenaltyToken>& pens);
 
   // log-softmax of the raw logits: the chosen token's and the n most likely.
   static float logprob_of(const float* logits, int32_t vocab, int32_t id);

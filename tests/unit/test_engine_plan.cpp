@@ -4,11 +4,14 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 #include <random>
 
+#include "backend/sampling.h"
+#include "base/argmax.h"
 #include "base/error.h"
+#include "base/philox.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -103,63 +106,71 @@ TEST(Sampler, PhiloxMatchesTheRandom123KnownAnswers) {
   }
 }
 
+namespace {
+
+// A draw as the engine plans it (the spec and its penalty tokens), made by the cpu reference.
+int32_t draw(const std::vector<float>& logits, const SamplingParams& p, const std::vector<int32_t>& history,
+             size_t n_prompt, uint64_t position) {
+  PenaltyHistory counted;
+  std::vector<PenaltyToken> pens;
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const SampleSpec s = Sampler::spec(p, 0, position, history, n_prompt, vocab, counted, pens);
+  return sample_row(logits.data(), vocab, s, pens.data());
+}
+
+}  // namespace
+
 TEST(Sampler, DrawDependsOnSeedAndPositionOnly) {
   std::vector<float> logits(50);
   for (int i = 0; i < 50; ++i) logits[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 11) * 0.3f;
   SamplingParams p;
   p.temperature = 1.0f;
   p.seed = 42;
-  Sampler a, b;
   std::vector<int32_t> hist = {1, 2, 3};
-  for (uint64_t pos = 3; pos < 40; ++pos) {
-    EXPECT_EQ(a.sample(logits.data(), 50, p, hist, 3, pos), b.sample(logits.data(), 50, p, hist, 3, pos));
-  }
+  for (uint64_t pos = 3; pos < 40; ++pos) EXPECT_EQ(draw(logits, p, hist, 3, pos), draw(logits, p, hist, 3, pos));
   // Different positions give different draws somewhere.
   int differ = 0;
-  for (uint64_t pos = 3; pos < 40; ++pos)
-    differ += a.sample(logits.data(), 50, p, hist, 3, pos) != a.sample(logits.data(), 50, p, hist, 3, pos + 1);
+  for (uint64_t pos = 3; pos < 40; ++pos) differ += draw(logits, p, hist, 3, pos) != draw(logits, p, hist, 3, pos + 1);
   EXPECT_GT(differ, 0);
 }
 
 TEST(Sampler, FiltersKeepOnlyWhatTheyShould) {
   std::vector<float> logits = {0.0f, 5.0f, 4.9f, -3.0f, 4.8f};
-  Sampler s;
   SamplingParams p;
   std::vector<int32_t> hist = {0};
   p.temperature = 0;
-  EXPECT_EQ(s.sample(logits.data(), 5, p, hist, 1, 1), 1);
+  EXPECT_EQ(draw(logits, p, hist, 1, 1), 1);
   p.temperature = 1.0f;
   p.top_k = 2;
   for (uint64_t pos = 0; pos < 200; ++pos) {
     p.seed = pos;
-    int32_t t = s.sample(logits.data(), 5, p, hist, 1, pos);
+    int32_t t = draw(logits, p, hist, 1, pos);
     EXPECT_TRUE(t == 1 || t == 2) << t;
   }
   p.top_k = 0;
   p.min_p = 0.5f;  // drops 0 and 3 (probability far below half of the top)
   for (uint64_t pos = 0; pos < 200; ++pos) {
-    int32_t t = s.sample(logits.data(), 5, p, hist, 1, pos);
+    int32_t t = draw(logits, p, hist, 1, pos);
     EXPECT_TRUE(t == 1 || t == 2 || t == 4) << t;
   }
   p.min_p = 0;
   p.top_p = 0.01f;  // only the single most likely token
-  for (uint64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(s.sample(logits.data(), 5, p, hist, 1, pos), 1);
+  for (uint64_t pos = 0; pos < 50; ++pos) EXPECT_EQ(draw(logits, p, hist, 1, pos), 1);
 }
 
 TEST(Sampler, PenaltiesFollowTheirDefinitions) {
   std::vector<float> logits = {1.0f, 2.0f, 1.9f};
-  Sampler s;
   SamplingParams p;
   p.temperature = 0;
   std::vector<int32_t> hist = {0, 1};  // prompt 0, generated 1
   p.repetition_penalty = 1.2f;         // 2.0 / 1.2 < 1.9
-  EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 2);
+  EXPECT_EQ(draw(logits, p, hist, 1, 2), 2);
   p.repetition_penalty = 1.0f;
   p.presence_penalty = 0.2f;  // only generated tokens count
-  EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 2);
+  EXPECT_EQ(draw(logits, p, hist, 1, 2), 2);
   p.presence_penalty = 0.0f;
   p.frequency_penalty = 0.05f;  // 2.0 - 0.05 > 1.9
-  EXPECT_EQ(s.sample(logits.data(), 3, p, hist, 1, 2), 1);
+  EXPECT_EQ(draw(logits, p, hist, 1, 2), 1);
 }
 
 namespace {
