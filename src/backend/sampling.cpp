@@ -137,31 +137,30 @@ int32_t sample_row(const float* logits, int32_t vocab, const SampleSpec& s, cons
   const double total = canonical_sum(e, th, cs);
   if (!(total > 0.0)) return argmax(w, vocab);
   const double u = philox_uniform(s.seed, s.position) * total;
+  auto counts = [&](int32_t i) { return e[static_cast<size_t>(i)] >= th && e[static_cast<size_t>(i)] > 0.0f; };
   double cum = 0.0;
-  int32_t last = -1;
+  int32_t last_chunk = -1;
   for (size_t c = 0; c < cs.size(); ++c) {
     if (!(cs[c] > 0.0)) continue;
-    const int32_t begin = static_cast<int32_t>(c) * kSampleChunk, end = std::min(vocab, begin + kSampleChunk);
+    last_chunk = static_cast<int32_t>(c);
     if (u < cum + cs[c]) {
       // The chosen chunk: its weights one by one from the sum of the chunks before it.
+      const int32_t begin = last_chunk * kSampleChunk, end = std::min(vocab, begin + kSampleChunk);
       int32_t in_chunk = -1;
       for (int32_t i = begin; i < end; ++i) {
-        const float v = e[static_cast<size_t>(i)];
-        if (!(v >= th && v > 0.0f)) continue;
+        if (!counts(i)) continue;
         in_chunk = i;
-        cum += static_cast<double>(v);
+        cum += static_cast<double>(e[static_cast<size_t>(i)]);
         if (u < cum) return i;
       }
       return in_chunk;
     }
     cum += cs[c];
-    for (int32_t i = end - 1; i >= begin; --i)
-      if (e[static_cast<size_t>(i)] >= th && e[static_cast<size_t>(i)] > 0.0f) {
-        last = i;
-        break;
-      }
   }
-  return last >= 0 ? last : argmax(w, vocab);
+  // Only rounding leaves u unreached: the last weight that counted.
+  for (int32_t i = std::min(vocab, (last_chunk + 1) * kSampleChunk) - 1; last_chunk >= 0 && i >= 0; --i)
+    if (counts(i)) return i;
+  return argmax(w, vocab);
 }
 
 }  // namespace tf
