@@ -327,6 +327,7 @@ void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const
   SplitArgs sp = split_for(x.cols, y.cols);
   if (x.rows > 16 && free_order()) sp = SplitArgs{x.cols, 1, nullptr, nullptr, false};
   if (x.rows <= 16) launch_few_rows(be, x, w, bias, y, sp);
+  else if (launch_bf16_wgmma(be, x, w, bias, y, sp)) return;
   else if (launch_bf16_pipe(be, x, w, bias, y, sp)) return;
   else if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT, true>(be, x, w, bias, y, sp);
   else launch_mma<128, 128, 32, 2, 4, WT, false>(be, x, w, bias, y, sp);

@@ -122,10 +122,75 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
 }
 
 
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+
+// 8 bytes by cp.async (through L1: cg takes only 16); zero-filled when !valid.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K); one thread per 8 k.
+// kStepOrder: each chunk of 32 is stored as its two steps' k in turn (position 16 s + 4 t + e
+// holds k = 8 t + 4 s + e), so a step's 16 k are contiguous, as wgmma reads them.
+template <bool kStepOrder>
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
+                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = Kp / 8;
+  if (i >= M * groups) return;
+  const int64_t r = i / groups, k = (i % groups) * 8;
+  const float* row = x + r * K;
+  float v[8];
+  if (vec && k + 8 <= K) {
+    const float4 p = *reinterpret_cast<const float4*>(row + k);
+    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = k + e < K ? row[k + e] : 0.0f;
+  }
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
+    h[e] = pack2(h0, h1);
+    l[e] = pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1));
+  }
+  if (kStepOrder) {
+    // k = c + 8 t: its first 4 go to step 0 at c + 4 t, the next 4 to step 1 at c + 16 + 4 t.
+    const int64_t c = k / 32 * 32, p = 4 * (k % 32 / 8);
+    *reinterpret_cast<uint2*>(hi + r * Kp + c + p) = make_uint2(h[0], h[1]);
+    *reinterpret_cast<uint2*>(hi + r * Kp + c + 16 + p) = make_uint2(h[2], h[3]);
+    *reinterpret_cast<uint2*>(lo + r * Kp + c + p) = make_uint2(l[0], l[1]);
+    *reinterpret_cast<uint2*>(lo + r * Kp + c + 16 + p) = make_uint2(l[2], l[3]);
+  } else {
+    *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
+  }
+}
+
 // More than 16 rows of BF16 weights with K % 8 == 0 on the split sp, x split once and tiles
 // streamed by cp.async (cuda_matmul_pipe.cu); false when the shape is not one it takes.
 bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                       Tensor y, const SplitArgs& sp);
+
+// The same on Hopper's warpgroup mma (cuda_matmul_wgmma.cu); false where the device or the shape
+// is not one it takes.
+bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                       Tensor y, const SplitArgs& sp);
 
 // Few-row (M <= 16) matmul on the split sp (cuda_matmul_few.cu).
 void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,

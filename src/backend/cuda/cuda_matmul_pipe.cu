@@ -13,47 +13,6 @@ namespace tf::cuda::mm {
 
 namespace {
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int n = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K); one thread per 8 k.
-__global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
-                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t groups = Kp / 8;
-  if (i >= M * groups) return;
-  const int64_t r = i / groups, k = (i % groups) * 8;
-  const float* row = x + r * K;
-  float v[8];
-  if (vec && k + 8 <= K) {
-    const float4 p = *reinterpret_cast<const float4*>(row + k);
-    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
-    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = k + e < K ? row[k + e] : 0.0f;
-  }
-  uint32_t h[4], l[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
-    h[e] = pack2(h0, h1);
-    l[e] = pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1));
-  }
-  *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
-  *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
-}
-
 // The 16-byte chunk of row `row` where chunk c of a BK-wide tile row is kept: rows of 128 bytes
 // swap halves on odd rows, so a quarter warp's 16-byte reads of two rows hit distinct banks (rows
 // of 64 bytes already do).
@@ -228,7 +187,7 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
       be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
   uint16_t* lo = hi + M * Kp;
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
-  split_x_kernel<<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
+  split_x_kernel<false><<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
   // Tiles fold their slices in place (no partials, no second pass) once tiles alone give every SM
   // a block, or once the partials would pass kMaxPartials; fewer tiles run slices as blocks of
   // their own, for occupancy. The chains are the same either way. TF_CUDA_FOLD=0: never fold below

@@ -1,0 +1,279 @@
+// Matmul for more than 16 rows with BF16 weights on Hopper's warpgroup mma (wgmma), which gives
+// mma.sync's bits for the same k16 step whatever the slots' order (tests/gpu/probe_tensor_cores.cu
+// checks it on the card). x is split once into hi/lo planes stored in step order; weights stream
+// in 8-byte pieces to their step's place, so each wgmma reads one step of the order rule
+// (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include "backend/cuda/cuda_matmul.cuh"
+
+namespace tf::cuda::mm {
+
+namespace {
+
+// Operand tiles in shared memory are K-major rows of kBK positions (128 bytes), 16-byte chunk c
+// of row r kept at chunk c ^ (r % 8): the 128-byte swizzle, read by wgmma without bank conflicts.
+constexpr int kBK = 64;
+
+// Element offset of (row r, position p) in a tile.
+__device__ __forceinline__ int swz_at(int r, int p) {
+  return r * kBK + (((p / 8) ^ (r % 8)) * 8) + p % 8;
+}
+
+// Descriptor of a swizzled K-major operand whose k16 step starts at p (8-row groups 1024 bytes
+// apart; the leading offset is unused in this mode).
+__device__ __forceinline__ uint64_t swz_desc(const uint16_t* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  constexpr uint64_t lbo = 16, sbo = 1024;
+  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) |
+         (uint64_t{1} << 62);
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], uint64_t da, uint64_t db);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,"
+      "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,"
+      "%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,"
+      "%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
+        "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+        "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
+        "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+// One block of WG warpgroups computes a 64 WG x BN tile of y through ST stages of kBK positions
+// [x hi | x lo | w]; warpgroup i owns rows 64 i .. 64 i + 63. kGrid: blockIdx.z is the slice and
+// partials meet in sp.part; otherwise the block walks every slice and folds each slice's chain
+// into y as it ends.
+template <int WG, int BN, int ST, bool kGrid>
+__global__ void __launch_bounds__(WG * 128, 1)
+    wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
+              int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
+              const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BK = kBK, BM = 64 * WG, kThreads = WG * 128, kStage = (2 * BM + BN) * BK;
+  static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint16_t* smem = smem_raw + (1024 - base % 1024) % 1024 / 2;
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + 2 * (lane % 4);
+  int64_t kbeg = 0, kend = K;
+  if (kGrid) {
+    kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
+    kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  }
+  const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
+  // Copies stage t: x planes by 16 bytes (already in step order), w by 8 bytes (k 8 j + 4 s .. + 3
+  // of a chunk goes to its step s, position 16 s + 4 j); past M, N or K is zero-filled. A thread
+  // always copies the same column of pieces, rows kXStep (kWStep) apart, so its addresses are set
+  // up once and a warp's copies cover whole 128-byte row segments.
+  constexpr int kXPer = BK / 8, kXStep = kThreads / kXPer;
+  constexpr int kWPer = BK / 4, kWStep = kThreads / kWPer;
+  static_assert(BM % kXStep == 0 && BN % kWStep == 0 && kXStep % 8 == 0 && kWStep % 8 == 0,
+                "copy passes tile the rows and keep each thread's rows in one swizzle phase");
+  const int xc = tid % kXPer, xr = tid / kXPer, wq = tid % kWPer, wr = tid / kWPer;
+  const int64_t xstride = static_cast<int64_t>(kXStep) * Kp;
+  const int64_t wstride = static_cast<int64_t>(kWStep) * K;
+  const int64_t xoff = (m0 + xr) * Kp + 8 * xc, woff = (n0 + wr) * K + 4 * wq;
+  const int wpos = 32 * (wq / 8) + 16 * (wq % 8 % 2) + 4 * (wq % 8 / 2);
+  auto load = [&](int t) {
+    uint16_t* s = smem + (t % ST) * kStage;
+    const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
+    // K % 8 == 0: a piece is all inside K or all past it.
+    const bool xin = k0 + 8 * xc < Kp, win = k0 + 4 * wq < K;
+#pragma unroll
+    for (int u = 0; u < 2 * BM / kXStep; ++u) {
+      const bool lo = u >= BM / kXStep;
+      const int r = xr + (u % (BM / kXStep)) * kXStep;
+      const bool ok = xin && m0 + r < M;
+      const int64_t off = xoff + (u % (BM / kXStep)) * xstride + k0;
+      cp_async16(s + (lo ? BM * BK : 0) + swz_at(r, 8 * xc), (lo ? xl : xh) + (ok ? off : 0), ok);
+    }
+    uint16_t* sw = s + 2 * BM * BK;
+#pragma unroll
+    for (int u = 0; u < BN / kWStep; ++u) {
+      const int n = wr + u * kWStep;
+      const bool ok = win && n0 + n < N;
+      cp_async8(sw + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < ST - 2; ++t) {
+    if (t < tiles) load(t);
+    cp_async_commit();
+  }
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  // Stages per slice (a slice of K alone may end inside a stage): the fold walks slice by slice, so
+  // no code reads acc between a slice's mma.
+  const int per_slice = kGrid ? tiles : static_cast<int>((sp.ks + BK - 1) / BK);
+  bool have_tot = false;
+  for (int t = 0; t < tiles;) {
+    const int tend = t + per_slice - t % per_slice < tiles ? t + per_slice - t % per_slice : tiles;
+    for (; t < tend; ++t) {
+      cp_async_wait<ST - 3>();
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async data to wgmma
+      // Stage t has landed, and every warpgroup has retired the mma of stage t - 2, which the
+      // next copies refill.
+      __syncthreads();
+      if (t + ST - 2 < tiles) load(t + ST - 2);
+      cp_async_commit();
+      const uint16_t* s = smem + (t % ST) * kStage;
+      const uint16_t *ah = s + 64 * wg * BK, *al = ah + BM * BK, *bw = s + 2 * BM * BK;
+      const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      // Step j takes positions 16 j .. 16 j + 15; a chunk starting past the slice is not in the
+      // chain, so a stage whose second chunk is past it issues the first chunk's steps alone.
+      auto steps = [&](auto n) {
+#pragma unroll
+        for (int j = 0; j < decltype(n)::value; ++j) {
+          const uint64_t db = swz_desc(bw + 16 * j);
+          wgmma_bf16<BN>(acc, swz_desc(ah + 16 * j), db);
+          wgmma_bf16<BN>(acc, swz_desc(al + 16 * j), db);
+        }
+      };
+      if (k0 + 32 < kend) steps(std::integral_constant<int, BK / 16>{});
+      else steps(std::integral_constant<int, 2>{});
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (kGrid) break;
+    // The slice ended: its chain joins the running total (kept in y) in slice order.
+    const bool last = t >= tiles;
+    for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+      if (r < M && c < N) {
+        float v = have_tot ? __fadd_rn(y[r * N + c], acc[4 * j + e]) : acc[4 * j + e];
+        if (last && bias) v = __fadd_rn(v, bias[c]);
+        y[r * N + c] = v;
+      }
+      acc[4 * j + e] = 0.0f;
+    });
+    have_tot = true;
+  }
+  if (!kGrid) return;
+  const bool partial = sp.s > 1;
+  for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+    if (r >= M || c >= N) return;
+    if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = acc[4 * j + e];
+    else y[r * N + c] = bias ? __fadd_rn(acc[4 * j + e], bias[c]) : acc[4 * j + e];
+  });
+  const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
+  if (partial && arrive_last(sp.counters + blockIdx.y * gridDim.x + blockIdx.x, sp.s))
+    reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
+#else
+  __trap();  // launched only where wgmma_ready() found the sm_90a code
+#endif
+}
+
+// 1 in *out when this build holds the sm_90a code for the device it runs on.
+__global__ void wgmma_probe(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
+bool wgmma_ready() {
+  static const bool ready = [] {
+    // TF_CUDA_WGMMA=0: the mma.sync kernels, for side-by-side timing.
+    const char* e = std::getenv("TF_CUDA_WGMMA");
+    if (e && std::string(e) == "0") return false;
+    int* d = nullptr;
+    int h = 0;
+    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
+    wgmma_probe<<<1, 1>>>(d);
+    const bool ok = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(d);
+    cudaGetLastError();  // a device without the code leaves a launch error behind
+    return ok && h == 1;
+  }();
+  return ready;
+}
+
+template <int WG, int BN, int ST, bool kGrid>
+void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
+            const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
+  constexpr int kSmem = ST * (2 * 64 * WG + BN) * kBK * 2 + 1024;
+  auto kern = wg_matmul<WG, BN, ST, kGrid>;
+  static bool raised = false;  // one attribute call per instantiation
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
+                  static_cast<unsigned>((x.rows + 64 * WG - 1) / (64 * WG)),
+                  static_cast<unsigned>(kGrid ? sp.s : 1));
+  if (kGrid && sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
+  }
+  kern<<<grid, WG * 128, kSmem>>>(xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data),
+                                  bias, y.data, y.cols, sp);
+}
+
+// Two warpgroups of 64 rows (cfg 0) or one (cfg 1), 128 columns. Both compute the same chains.
+template <bool kGrid>
+void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, const Tensor& x,
+                 const CudaWeight& w, const float* bias, Tensor y, const SplitArgs& sp,
+                 CudaBackend& be) {
+  if (cfg == 0) launch<2, 128, 4, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be);
+  else launch<1, 128, 6, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be);
+}
+
+}  // namespace
+
+bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                       Tensor y, const SplitArgs& sp) {
+  if (w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16 || !wgmma_ready()) return false;
+  // TF_CUDA_WG_TILE=a|b forces a tile for every shape it takes (side-by-side timing).
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_WG_TILE");
+    return e && (*e == 'a' || *e == 'b') ? *e - 'a' : -1;
+  }();
+  const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
+  const int cfg = forced >= 0 ? forced : 0;
+  const int bm = cfg == 1 ? 64 : 128;
+  const int64_t tiles = ((M + bm - 1) / bm) * ((y.cols + 127) / 128);
+  // The mma.sync tiles are faster at few rows, and where tiles would leave half the SMs idle.
+  if (forced < 0 && (M <= 64 || tiles < kTargetBlocks / 8)) return false;
+  auto* hi = static_cast<uint16_t*>(
+      be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
+  uint16_t* lo = hi + M * Kp;
+  const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
+  split_x_kernel<true><<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
+  // As the mma.sync tiles: fold slices in place once tiles alone fill the SMs, else run slices
+  // as blocks of their own.
+  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
+  const bool fold = tiles >= kTargetBlocks / 4 ||
+                    static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) > kMaxPartials;
+  if (fold) launch_tile<false>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
+  else launch_tile<true>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
+  return true;
+}
+
+}  // namespace tf::cuda::mm
