@@ -3,32 +3,22 @@
 // memory) give mma.sync's bits for the same step? Random operands with wide exponents and
 // cancellation; prints the count of differing outputs per comparison and exits 0 only when the
 // matmul order rule's assumptions hold. Built as tf_probe_tensor_cores for 90a.
-#include <cuda_bf16.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "backend/cuda/cuda_matmul.cuh"
 
 namespace {
 
 constexpr int kM = 64, kK = 16, kTrials = 4096;
 
-__device__ __forceinline__ uint32_t pack(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-}
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using tf::cuda::mm::mma_bf16;  // the matmul kernels' own mma.sync
+using tf::cuda::mm::pack2;
 
 // Rows 16 w .. 16 w + 15 of one trial by mma.sync, slot j of the step holding k = perm[j].
 __device__ void by_mma_sync(const uint16_t* A, const uint16_t* B, const float* C, const int* perm,
@@ -37,15 +27,15 @@ __device__ void by_mma_sync(const uint16_t* A, const uint16_t* B, const float* C
   const int r0 = 16 * w + g, r1 = r0 + 8;
   for (int nb = 0; nb < N / 8; ++nb) {
     const int n = 8 * nb + g;
-    uint32_t a[4] = {pack(A[r0 * kK + perm[2 * t]], A[r0 * kK + perm[2 * t + 1]]),
-                     pack(A[r1 * kK + perm[2 * t]], A[r1 * kK + perm[2 * t + 1]]),
-                     pack(A[r0 * kK + perm[2 * t + 8]], A[r0 * kK + perm[2 * t + 9]]),
-                     pack(A[r1 * kK + perm[2 * t + 8]], A[r1 * kK + perm[2 * t + 9]])};
-    const uint32_t b0 = pack(B[n * kK + perm[2 * t]], B[n * kK + perm[2 * t + 1]]);
-    const uint32_t b1 = pack(B[n * kK + perm[2 * t + 8]], B[n * kK + perm[2 * t + 9]]);
+    uint32_t a[4] = {pack2(A[r0 * kK + perm[2 * t]], A[r0 * kK + perm[2 * t + 1]]),
+                     pack2(A[r1 * kK + perm[2 * t]], A[r1 * kK + perm[2 * t + 1]]),
+                     pack2(A[r0 * kK + perm[2 * t + 8]], A[r0 * kK + perm[2 * t + 9]]),
+                     pack2(A[r1 * kK + perm[2 * t + 8]], A[r1 * kK + perm[2 * t + 9]])};
+    const uint32_t b0 = pack2(B[n * kK + perm[2 * t]], B[n * kK + perm[2 * t + 1]]);
+    const uint32_t b1 = pack2(B[n * kK + perm[2 * t + 8]], B[n * kK + perm[2 * t + 9]]);
     const int c = 8 * nb + 2 * t;
     float d[4] = {C[r0 * N + c], C[r0 * N + c + 1], C[r1 * N + c], C[r1 * N + c + 1]};
-    mma16816(d, a, b0, b1);
+    mma_bf16(d, a, b0, b1);
     D[r0 * N + c] = d[0], D[r0 * N + c + 1] = d[1], D[r1 * N + c] = d[2], D[r1 * N + c + 1] = d[3];
   }
 }

@@ -291,20 +291,9 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
   constexpr int kSmem = smem_bytes<BM, BN, BK, WT, kGrid>();
   auto kern = mma_matmul<BM, BN, BK, WM, WN, WT, kGrid>;
   static bool raised = false;  // one attribute call per instantiation
-  if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                  "matmul: shared memory limit");
-    raised = true;
-  }
+  const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, BM, BN, x, y, sp);
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
-  const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
-                  static_cast<unsigned>((x.rows + BM - 1) / BM),
-                  static_cast<unsigned>(kGrid ? sp.s : 1));
-  if (kGrid && sp.s > 1) {
-    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
-    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
-  }
   kern<<<grid, WM * WN * 32, kSmem>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
                                       y.cols, vec_x, vec_w, sp);
 }

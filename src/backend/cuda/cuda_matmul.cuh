@@ -19,6 +19,7 @@
 // slice partials.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.cuh"
@@ -180,6 +181,64 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K
     *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
     *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
   }
+}
+
+// Splits x into the hi/lo planes of the many-row tiles, in the launch's scratch slot; returns hi
+// (lo follows it, M * Kp further on).
+template <bool kStepOrder>
+inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
+  const int64_t M = x.rows, K = x.cols;
+  auto* hi = static_cast<uint16_t*>(
+      be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
+  const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
+  split_x_kernel<kStepOrder>
+      <<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, hi + M * Kp);
+  return hi;
+}
+
+// Whether many-row tiles fold their slices in place (no partials, no second pass): once tiles
+// alone give every SM a block, or once the partials would pass 64 MiB; fewer tiles run slices as
+// blocks of their own, for occupancy. The chains are the same either way. TF_CUDA_FOLD=0: never
+// fold below 64 MiB (side-by-side timing).
+inline bool fold_slices(int64_t tiles, const SplitArgs& sp, int64_t M, int64_t N) {
+  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
+  static const bool fold_off = [] {
+    const char* e = std::getenv("TF_CUDA_FOLD");
+    return e && e[0] == '0' && e[1] == 0;
+  }();
+  return (!fold_off && tiles >= kTargetBlocks / 4) ||
+         static_cast<uint64_t>(sp.s) * M * N * sizeof(float) > kMaxPartials;
+}
+
+// The grid of a many-row tile kernel: a block per (bn columns, bm rows), and with kGrid one per
+// slice as well, whose partials it sets up in sp. Sets the kernel's shared memory limit first
+// unless raised says it was.
+template <bool kGrid, class Kern>
+dim3 tile_grid(CudaBackend& be, Kern kern, bool& raised, int smem, int bm, int bn, const Tensor& x,
+               const Tensor& y, SplitArgs& sp) {
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const dim3 grid(static_cast<unsigned>((y.cols + bn - 1) / bn),
+                  static_cast<unsigned>((x.rows + bm - 1) / bm),
+                  static_cast<unsigned>(kGrid ? sp.s : 1));
+  if (kGrid && sp.s > 1) {
+    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
+  }
+  return grid;
+}
+
+// Launches a many-row tile kernel on x's hi/lo planes (tile_grid's grid).
+template <bool kGrid, class Kern>
+void launch_planes(CudaBackend& be, Kern kern, bool& raised, int smem, int threads, int bm, int bn,
+                   const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
+                   const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
+  const dim3 grid = tile_grid<kGrid>(be, kern, raised, smem, bm, bn, x, y, sp);
+  kern<<<grid, threads, smem>>>(xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data),
+                                bias, y.data, y.cols, sp);
 }
 
 // More than 16 rows of BF16 weights with K % 8 == 0 on the split sp, x split once and tiles

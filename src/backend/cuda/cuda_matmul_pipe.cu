@@ -152,24 +152,10 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
 template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid>
 void launch(CudaBackend& be, const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
-  constexpr int kSmem = ST * (2 * BM + BN) * BK * 2;
-  auto kern = pipe_matmul<BM, BN, BK, WM, WN, ST, kMinBlocks, kGrid>;
   static bool raised = false;  // one attribute call per instantiation
-  if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                  "matmul: shared memory limit");
-    raised = true;
-  }
-  const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
-                  static_cast<unsigned>((x.rows + BM - 1) / BM),
-                  static_cast<unsigned>(kGrid ? sp.s : 1));
-  if (kGrid && sp.s > 1) {
-    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
-    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
-  }
-  kern<<<grid, WM * WN * 32, kSmem>>>(xh, xl, x.rows, x.cols, Kp,
-                                      static_cast<const uint16_t*>(w.data), bias, y.data, y.cols,
-                                      sp);
+  launch_planes<kGrid>(be, pipe_matmul<BM, BN, BK, WM, WN, ST, kMinBlocks, kGrid>, raised,
+                       ST * (2 * BM + BN) * BK * 2, WM * WN * 32, BM, BN, xh, xl, Kp, x, w, bias,
+                       y, sp);
 }
 
 }  // namespace
@@ -182,24 +168,10 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
     return e && std::string(e) == "0";
   }();
   if (off || w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16) return false;
-  const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
-  auto* hi = static_cast<uint16_t*>(
-      be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
-  uint16_t* lo = hi + M * Kp;
-  const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
-  split_x_kernel<false><<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
-  // Tiles fold their slices in place (no partials, no second pass) once tiles alone give every SM
-  // a block, or once the partials would pass kMaxPartials; fewer tiles run slices as blocks of
-  // their own, for occupancy. The chains are the same either way. TF_CUDA_FOLD=0: never fold below
-  // kMaxPartials (side-by-side timing).
-  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
-  static const bool fold_off = [] {
-    const char* e = std::getenv("TF_CUDA_FOLD");
-    return e && std::string(e) == "0";
-  }();
-  const int64_t tiles = ((M + 63) / 64) * ((y.cols + 127) / 128);
-  const bool fold = (!fold_off && tiles >= kTargetBlocks / 4) ||
-                    static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) > kMaxPartials;
+  const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
+  const uint16_t* hi = split_x<false>(be, x, Kp);
+  const uint16_t* lo = hi + M * Kp;
+  const bool fold = fold_slices(((M + 63) / 64) * ((y.cols + 127) / 128), sp, M, y.cols);
   if (!fold)
     launch<64, 128, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
   else

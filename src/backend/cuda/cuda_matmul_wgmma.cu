@@ -217,23 +217,11 @@ bool wgmma_ready() {
 template <int WG, int BN, int ST, bool kGrid>
 void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
-  constexpr int kSmem = ST * (2 * 64 * WG + BN) * kBK * 2 + 1024;
-  auto kern = wg_matmul<WG, BN, ST, kGrid>;
   static bool raised = false;  // one attribute call per instantiation
-  if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                  "matmul: shared memory limit");
-    raised = true;
-  }
-  const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN),
-                  static_cast<unsigned>((x.rows + 64 * WG - 1) / (64 * WG)),
-                  static_cast<unsigned>(kGrid ? sp.s : 1));
-  if (kGrid && sp.s > 1) {
-    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
-    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.y);
-  }
-  kern<<<grid, WG * 128, kSmem>>>(xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data),
-                                  bias, y.data, y.cols, sp);
+  // 1 KiB more than the stages, for aligning them to 1024 bytes.
+  launch_planes<kGrid>(be, wg_matmul<WG, BN, ST, kGrid>, raised,
+                       ST * (2 * 64 * WG + BN) * kBK * 2 + 1024, WG * 128, 64 * WG, BN, xh, xl,
+                       Kp, x, w, bias, y, sp);
 }
 
 // Two warpgroups of 64 rows (cfg 0) or one (cfg 1), 128 columns. Both compute the same chains.
@@ -255,22 +243,15 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
     const char* e = std::getenv("TF_CUDA_WG_TILE");
     return e && (*e == 'a' || *e == 'b') ? *e - 'a' : -1;
   }();
-  const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
+  const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
   const int cfg = forced >= 0 ? forced : 0;
   const int bm = cfg == 1 ? 64 : 128;
   const int64_t tiles = ((M + bm - 1) / bm) * ((y.cols + 127) / 128);
   // The mma.sync tiles are faster at few rows, and where tiles would leave half the SMs idle.
   if (forced < 0 && (M <= 64 || tiles < kTargetBlocks / 8)) return false;
-  auto* hi = static_cast<uint16_t*>(
-      be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
-  uint16_t* lo = hi + M * Kp;
-  const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
-  split_x_kernel<true><<<grid_for(M * (Kp / 8), 256), 256>>>(x.data, M, K, Kp, vec, hi, lo);
-  // As the mma.sync tiles: fold slices in place once tiles alone fill the SMs, else run slices
-  // as blocks of their own.
-  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
-  const bool fold = tiles >= kTargetBlocks / 4 ||
-                    static_cast<uint64_t>(sp.s) * M * y.cols * sizeof(float) > kMaxPartials;
+  const uint16_t* hi = split_x<true>(be, x, Kp);
+  const uint16_t* lo = hi + M * Kp;
+  const bool fold = fold_slices(tiles, sp, M, y.cols);
   if (fold) launch_tile<false>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   else launch_tile<true>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   return true;
