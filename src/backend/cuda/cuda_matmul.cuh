@@ -15,8 +15,8 @@
 // ...), then the bias. Few rows: one block per (32 columns, slice) and the last block of a tile
 // to arrive adds the partials; many rows: one block walks every slice of its tile and folds each
 // slice's chain into the total as it ends. Rows past M are zero padding; padded k adds zeros.
-// This header holds what the matmul's two files share: the operand helpers, the K split and the
-// slice partials.
+// This header holds what the matmul's files share: the operand helpers, the K split, the slice
+// partials, cp.async and the many-row tiles' x planes and launch.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -122,10 +122,10 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
   }
 }
 
-
+// 16 bytes by cp.async, past L1; zero-filled when !valid.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int n = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
 }
 
