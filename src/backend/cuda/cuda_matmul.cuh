@@ -20,8 +20,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/matmul_split.h"
 #include "backend/cuda/cuda_util.cuh"
 
 namespace tf::cuda::mm {
@@ -64,11 +66,17 @@ struct SplitArgs {
   bool fold = false;  // few rows: one block walks every slice, folding each sum in slice order
 };
 
-// The K split, a function of K and N only, so a row's chains never depend on the batch.
+// The K split, a function of K and N only, so a row's chains never depend on the batch. By
+// default about kTargetBlocks blocks a few-row launch; TF_CUDA_SPLIT=cost takes the wave cost
+// model of matmul_split.h instead (side-by-side timing; the bits follow the split).
 inline SplitArgs split_for(int64_t K, int64_t N) {
+  static const bool by_cost = [] {
+    const char* e = std::getenv("TF_CUDA_SPLIT");
+    return e && std::string(e) == "cost";
+  }();
   const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
-  const int64_t want = std::min<int64_t>(64, (kTargetBlocks + tiles - 1) / tiles);
-  int64_t ks = ((K + want - 1) / want + kSliceUnit - 1) / kSliceUnit * kSliceUnit;
+  const int64_t ks = by_cost ? slice_len_by_cost(K, tiles, kTargetBlocks, kSliceUnit)
+                             : slice_len_by_count(K, tiles, kTargetBlocks, kSliceUnit);
   if (ks >= K) return {K, 1, nullptr, nullptr, false};
   return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr, false};
 }

@@ -1,0 +1,55 @@
+#include <gtest/gtest.h>
+
+#include "backend/cuda/matmul_split.h"
+
+namespace tf::cuda::mm {
+
+namespace {
+constexpr int64_t kTarget = 4 * 132, kUnit = 256;
+
+int64_t slices(int64_t K, int64_t ks) { return (K + ks - 1) / ks; }
+
+// The model slice_len_by_cost minimizes: waves of kTarget blocks, each its slice plus a unit.
+int64_t cost(int64_t K, int64_t tiles, int64_t ks) {
+  return (tiles * slices(K, ks) + kTarget - 1) / kTarget * (ks + kUnit);
+}
+}  // namespace
+
+// Llama-3.1-8B's few-row matmuls (32 columns a tile): the default split as the kernels have used
+// it, and the cost model's choice.
+TEST(MatmulSplit, LlamaShapes) {
+  struct Case {
+    int64_t K, N, by_count, by_cost;
+  };
+  const Case cases[] = {
+      {4096, 4096, 1024, 1024},     // q, o: 4 slices either way
+      {4096, 1024, 256, 256},       // k, v: 16 slices
+      {14336, 4096, 3072, 3584},    // down: 5 slices (640 blocks, two waves) against 4
+      {4096, 14336, 2048, 4096},    // gate, up: 2 slices against 1
+      {4096, 128256, 4096, 4096},   // lm head: one slice
+  };
+  for (const Case& c : cases) {
+    const int64_t tiles = (c.N + 31) / 32;
+    EXPECT_EQ(slice_len_by_count(c.K, tiles, kTarget, kUnit), c.by_count) << c.K << "x" << c.N;
+    EXPECT_EQ(slice_len_by_cost(c.K, tiles, kTarget, kUnit), c.by_cost) << c.K << "x" << c.N;
+  }
+}
+
+// Over many shapes: a slice is K itself or a multiple of the unit below K, there are at most 64,
+// and the cost model never picks a split its own model rates worse than the default.
+TEST(MatmulSplit, SlicesAreWholeUnitsAndTheCostModelNeverLoses) {
+  for (int64_t K = 8; K <= 40000; K = K * 5 / 4 + 8) {
+    for (int64_t tiles = 1; tiles <= 6000; tiles = tiles * 3 / 2 + 1) {
+      for (const int64_t ks : {slice_len_by_count(K, tiles, kTarget, kUnit),
+                               slice_len_by_cost(K, tiles, kTarget, kUnit)}) {
+        ASSERT_TRUE(ks == K || (ks < K && ks % kUnit == 0)) << K << " " << tiles << " " << ks;
+        ASSERT_LE(slices(K, ks), 64) << K << " " << tiles;
+      }
+      ASSERT_LE(cost(K, tiles, slice_len_by_cost(K, tiles, kTarget, kUnit)),
+                cost(K, tiles, slice_len_by_count(K, tiles, kTarget, kUnit)))
+          << K << " " << tiles;
+    }
+  }
+}
+
+}  // namespace tf::cuda::mm
