@@ -45,18 +45,10 @@ __global__ void __launch_bounds__(WM * WN * 32)
   const int wm = warp / WN, wn = warp % WN;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
   float acc[TM][TN][4];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  zero_acc(acc);
   bool have_tot = false;
-  int64_t kbeg = 0, kend = K;
-  if (kGrid) {
-    kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
-    kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
-  }
+  int64_t kbeg, kend;
+  slice_range<kGrid>(sp, K, kbeg, kend);
 
   // Rows past M stay zero for the whole K loop, so only the rows < M are loaded per tile.
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);

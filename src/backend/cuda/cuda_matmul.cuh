@@ -81,6 +81,15 @@ inline SplitArgs split_for(int64_t K, int64_t N) {
   return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr, false};
 }
 
+// The k range [kbeg, kend) a tile kernel's block covers: the slice blockIdx.z with kGrid, else
+// all of K.
+template <bool kGrid>
+__device__ __forceinline__ void slice_range(const SplitArgs& sp, int64_t K, int64_t& kbeg,
+                                            int64_t& kend) {
+  kbeg = kGrid ? static_cast<int64_t>(blockIdx.z) * sp.ks : 0;
+  kend = kGrid && kbeg + sp.ks < K ? kbeg + sp.ks : K;
+}
+
 __device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
   return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
 }
@@ -95,6 +104,17 @@ __device__ __forceinline__ void for_each_acc(int64_t r0, int64_t c0, F f) {
     for (int j = 0; j < TN; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) f(i, j, e, r0 + i * 16 + (e >= 2 ? 8 : 0), c0 + j * 8 + (e & 1));
+}
+
+// Zeroes the m16n8 accumulators of a warp tile.
+template <int TM, int TN>
+__device__ __forceinline__ void zero_acc(float (&acc)[TM][TN][4]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 }
 
 // After a block stored its partials: true in the block that arrived last at its tile, which

@@ -39,11 +39,8 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
   const int wm = warp / WN, wn = warp % WN;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t r0 = m0 + wm * TM * 16 + g, c0 = n0 + wn * TN * 8 + t4 * 2;  // this lane's first
-  int64_t kbeg = 0, kend = K;
-  if (kGrid) {
-    kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
-    kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
-  }
+  int64_t kbeg, kend;
+  slice_range<kGrid>(sp, K, kbeg, kend);
   const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
   // Issues the copies of tile t into its stage; rows past M or N and k past K are zero-filled.
   auto load = [&](int t) {
@@ -72,12 +69,7 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
     cp_async_commit();
   }
   float acc[TM][TN][4];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  zero_acc(acc);
   bool have_tot = false;
   for (int t = 0; t < tiles; ++t) {
     cp_async_wait<ST - 2>();

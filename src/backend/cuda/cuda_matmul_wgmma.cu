@@ -78,11 +78,8 @@ __global__ void __launch_bounds__(WG * 128, 1)
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + 2 * (lane % 4);
-  int64_t kbeg = 0, kend = K;
-  if (kGrid) {
-    kbeg = static_cast<int64_t>(blockIdx.z) * sp.ks;
-    kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
-  }
+  int64_t kbeg, kend;
+  slice_range<kGrid>(sp, K, kbeg, kend);
   const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
   // Copies stage t: x planes by 16 bytes (already in step order), w by 8 bytes (k 8 j + 4 s .. + 3
   // of a chunk goes to its step s, position 16 s + 4 j); past M, N or K is zero-filled. A thread
