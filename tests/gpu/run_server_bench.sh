@@ -18,6 +18,7 @@
 # The `run` call for the next session (after `prepare` here; .devdeps carries the pcre2/utf8proc
 # headers tensorfold's build uses, as for run_device.sh):
 #   run(command="bash tests/gpu/run_server_bench.sh gpu", carry=[".llamacpp", ".devdeps"], timeout_s=600)
+# TF_ARGS adds tensorfold serve arguments (for example "--chunk 2048", bigger rounds).
 # Results: $OUT/bench_servers.jsonl (one JSON line per server, then the ratio line), steps.log
 # (timings of each step), build/convert/server logs. If the call runs out of time, the same call
 # again on the still-warm machine skips what is done.
@@ -95,6 +96,7 @@ gpu)
   step "bench start"
   timeout 420 python3 bench/bench_servers.py --tf-bin build-gpu/tensorfold --tf-model "$MODEL" --device cuda \
     --llama-bin build-llama-cuda/bin/llama-server --llama-gguf "$GGUF" "--llama-args=-ngl 999" \
+    "--tf-args=${TF_ARGS:-}" \
     -n 64 -p 512 -g 256 --rounds 2 --check-prompts 4 --check-tokens 64 \
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"
@@ -129,6 +131,7 @@ gpu-prebuilt)
   fi
   timeout "${BENCH_TIMEOUT:-420}" python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$MODEL" --device cuda \
     --llama-bin "$LS/llama-server" --llama-gguf "$GGUF" "--llama-args=-ngl 999" \
+    "--tf-args=${TF_ARGS:-}" \
     -n 64 -p 512 -g 256 --rounds "${ROUNDS:-2}" --check-prompts 4 --check-tokens 64 \
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"
