@@ -170,11 +170,11 @@ std::vector<Case> kernels() {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 1000, 8192, 1100,
                                     {1, 16, 17, 64, 65, 300, 1100}, true, 19);
                }});
-  // One slice (K = 232) ending inside a 64-k stage of the many-row tiles, which fold it: the
-  // slice must stay one chain.
-  v.push_back({"matmul BF16 200x232x8448 one slice, short last stage (sampled m)",
+  // One slice (K = 200) ending a chunk into a 64-k stage of the many-row tiles, which fold it:
+  // the slice stays one chain, and the last stage runs its first chunk's steps alone.
+  v.push_back({"matmul BF16 200x200x8448 one slice, one-chunk last stage (sampled m)",
                [](Backend& g, Backend& c) {
-                 return matmul_gate(real_matmul(), g, c, DType::BF16, 232, 8448, 200,
+                 return matmul_gate(real_matmul(), g, c, DType::BF16, 200, 8448, 200,
                                     {1, 16, 17, 64, 65, 129, 200}, true, 23);
                }});
   v.push_back({"matmul F16 70x1003x40 split-K odd K (sampled m)", [](Backend& g, Backend& c) {
