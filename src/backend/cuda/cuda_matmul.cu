@@ -165,14 +165,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
     for (int kb = 0; kb < BK; kb += 32) {
       if (k0 + kb >= kend) break;  // a chunk starting past the slice is not in the chain
       float part[TM][TN][4];
-      if (WT == kQ8) {
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int j = 0; j < TN; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) part[i][j][e] = 0.0f;
-      }
+      if (WT == kQ8) zero_acc(part);
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
         const int kk = kb + 8 * t4 + 4 * st;  // this thread's k of the step (the interleave)

@@ -6,12 +6,14 @@
 
 namespace tf::cuda::mm {
 
-// The slice length for K over `tiles` column tiles when a launch fills `target` blocks at once:
-// `want` slices a tile, each rounded up to a multiple of `unit`; K itself for one slice.
+// The length of `want` slices of K, rounded up to a multiple of `unit`; K itself for one slice.
+inline int64_t slice_len(int64_t K, int64_t want, int64_t unit) {
+  return std::min(K, ((K + want - 1) / want + unit - 1) / unit * unit);
+}
+
+// The slice length for K over `tiles` column tiles when a launch fills `target` blocks at once.
 inline int64_t slice_len_by_count(int64_t K, int64_t tiles, int64_t target, int64_t unit) {
-  const int64_t want = std::min<int64_t>(64, (target + tiles - 1) / tiles);
-  const int64_t ks = ((K + want - 1) / want + unit - 1) / unit * unit;
-  return std::min(ks, K);
+  return slice_len(K, std::min<int64_t>(64, (target + tiles - 1) / tiles), unit);
 }
 
 // The slice length that minimizes a few-row launch's time in a simple model: the blocks run in
@@ -20,7 +22,7 @@ inline int64_t slice_len_by_count(int64_t K, int64_t tiles, int64_t target, int6
 inline int64_t slice_len_by_cost(int64_t K, int64_t tiles, int64_t target, int64_t unit) {
   int64_t best = K, best_cost = -1;
   for (int64_t want = 1; want <= 64; ++want) {
-    const int64_t ks = std::min(K, ((K + want - 1) / want + unit - 1) / unit * unit);
+    const int64_t ks = slice_len(K, want, unit);
     const int64_t s = (K + ks - 1) / ks;
     const int64_t cost = (tiles * s + target - 1) / target * (ks + unit);
     if (best_cost < 0 || cost < best_cost || (cost == best_cost && ks > best)) best = ks, best_cost = cost;
