@@ -61,7 +61,7 @@ __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], uint64_t da, uin
 // One block of WG warpgroups computes a 64 WG x BN tile of y through ST stages of kBK positions
 // [x hi | x lo | w]; warpgroup i owns rows 64 i .. 64 i + 63. kGrid: blockIdx.z is the slice and
 // partials meet in sp.part; otherwise the block walks every slice and folds each slice's chain
-// into y as it ends.
+// into a running total as it ends.
 template <int WG, int BN, int ST, bool kGrid>
 __global__ void __launch_bounds__(WG * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
@@ -120,7 +120,10 @@ __global__ void __launch_bounds__(WG * 128, 1)
     if (t < tiles) load(t);
     cp_async_commit();
   }
-  float acc[BN / 2];
+  // The fold's running total: in registers with two warpgroups, in y with one (whose acc
+  // leaves no room for a second copy).
+  constexpr bool kRegTot = !kGrid && WG >= 2;
+  float acc[BN / 2], tot[kRegTot ? BN / 2 : 1];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
   // Stages per slice (a slice of K alone may end inside a stage): the fold walks slice by slice, so
@@ -158,16 +161,30 @@ __global__ void __launch_bounds__(WG * 128, 1)
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     if (kGrid) break;
-    // The slice ended: its chain joins the running total (kept in y) in slice order.
+    // The slice ended: its chain joins the running total in slice order.
     const bool last = t >= tiles;
-    for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
-      if (r < M && c < N) {
-        float v = have_tot ? __fadd_rn(y[r * N + c], acc[4 * j + e]) : acc[4 * j + e];
-        if (last && bias) v = __fadd_rn(v, bias[c]);
-        y[r * N + c] = v;
+    if constexpr (kRegTot) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        tot[i] = have_tot ? __fadd_rn(tot[i], acc[i]) : acc[i];
+        acc[i] = 0.0f;
       }
-      acc[4 * j + e] = 0.0f;
-    });
+      if (last) {
+        for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+          const float v = tot[4 * j + e];
+          if (r < M && c < N) y[r * N + c] = bias ? __fadd_rn(v, bias[c]) : v;
+        });
+      }
+    } else {
+      for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+        if (r < M && c < N) {
+          float v = have_tot ? __fadd_rn(y[r * N + c], acc[4 * j + e]) : acc[4 * j + e];
+          if (last && bias) v = __fadd_rn(v, bias[c]);
+          y[r * N + c] = v;
+        }
+        acc[4 * j + e] = 0.0f;
+      });
+    }
     have_tot = true;
   }
   if (!kGrid) return;
@@ -248,7 +265,8 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   if (forced < 0 && (M <= 64 || tiles < kTargetBlocks / 8)) return false;
   const uint16_t* hi = split_x<true>(be, x, Kp);
   const uint16_t* lo = hi + M * Kp;
-  const bool fold = fold_slices(tiles, sp, M, y.cols);
+  // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
+  const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
   if (fold) launch_tile<false>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   else launch_tile<true>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   return true;
