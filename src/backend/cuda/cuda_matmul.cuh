@@ -66,13 +66,13 @@ struct SplitArgs {
   bool fold = false;  // few rows: one block walks every slice, folding each sum in slice order
 };
 
-// The K split, a function of K and N only, so a row's chains never depend on the batch. By
-// default about kTargetBlocks blocks a few-row launch; TF_CUDA_SPLIT=cost takes the wave cost
-// model of matmul_split.h instead (side-by-side timing; the bits follow the split).
+// The K split, a function of K and N only, so a row's chains never depend on the batch: the wave
+// cost model of matmul_split.h; TF_CUDA_SPLIT=count takes about kTargetBlocks blocks a few-row
+// launch instead (side-by-side timing; the bits follow the split).
 inline SplitArgs split_for(int64_t K, int64_t N) {
   static const bool by_cost = [] {
     const char* e = std::getenv("TF_CUDA_SPLIT");
-    return e && std::string(e) == "cost";
+    return !(e && std::string(e) == "count");
   }();
   const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
   const int64_t ks = by_cost ? slice_len_by_cost(K, tiles, kTargetBlocks, kSliceUnit)
