@@ -283,6 +283,10 @@ std::vector<MoeCase> moe_kernel_cases() {
   v.push_back({"matmul_many BF16 K=4096 N=4096,1024,1024 (q, k, v)", [=](Backend& g, Backend&) {
                  return many_gate(many, g, DType::BF16, 4096, {4096, 1024, 1024}, 98);
                }});
+  // Together past one wave of one-tile blocks (two column tiles a warp), each alone not.
+  v.push_back({"matmul_many BF16 K=2048 N=7000,7000 (gate, up)", [=](Backend& g, Backend&) {
+                 return many_gate(many, g, DType::BF16, 2048, {7000, 7000}, 103);
+               }});
   v.push_back({"matmul_many F16 K=1003 N=200,72", [=](Backend& g, Backend&) {
                  return many_gate(many, g, DType::F16, 1003, {200, 72}, 99);
                }});

@@ -164,6 +164,11 @@ std::vector<Case> kernels() {
   v.push_back({"matmul F16 12x2048x8192 multi-step slices (every m)", [](Backend& g, Backend& c) {
                  return matmul_gate_all(real_matmul(), g, c, DType::F16, 2048, 8192, 12, false, 22);
                }});
+  // Past one wave of one-tile blocks, so warps own two column tiles; two slices meet in partials
+  // over the wider tile, and N ends inside a group of 8 columns.
+  v.push_back({"matmul BF16 13x2304x23003 two column tiles a warp (every m)", [](Backend& g, Backend& c) {
+                 return matmul_gate_all(real_matmul(), g, c, DType::BF16, 2304, 23003, 13, true, 24);
+               }});
   // Partials past 64 MiB, so the many-row tiles fold their slices; K = 1000 ends on a partial
   // chunk, and the smaller batches take the slice-per-block form.
   v.push_back({"matmul BF16 1100x1000x8192 folding tiles (sampled m)", [](Backend& g, Backend& c) {

@@ -55,8 +55,13 @@ __device__ __forceinline__ uint16_t lo_bits(float x, uint16_t hi) {
 
 constexpr int64_t kSliceUnit = 256;   // slice lengths are multiples of this (and of every BK)
 constexpr int64_t kTargetBlocks = 4 * 132;  // few-row launches aim at 4 blocks per H200 SM
-constexpr int kSkinnyWarps = 4, kSkinnyBN = 8 * kSkinnyWarps, kSkinnyUnroll = 8;
+constexpr int kSkinnyWarps = 4, kSkinnyUnroll = 8;
 static_assert(kSliceUnit % (32 * kSkinnyUnroll) == 0, "a skinny step never crosses a slice");
+// The split counts column tiles of this width whatever the kernels' blocks, so the bits never
+// follow a block shape.
+constexpr int64_t kSplitCols = 32;
+// Columns of a few-row block whose warps own tn tiles of 8.
+__host__ __device__ constexpr int skinny_cols(int tn) { return 8 * kSkinnyWarps * tn; }
 
 struct SplitArgs {
   int64_t ks;  // slice length
@@ -74,7 +79,7 @@ inline SplitArgs split_for(int64_t K, int64_t N) {
     const char* e = std::getenv("TF_CUDA_SPLIT");
     return !(e && std::string(e) == "count");
   }();
-  const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
+  const int64_t tiles = (N + kSplitCols - 1) / kSplitCols;
   const int64_t ks = by_cost ? slice_len_by_cost(K, tiles, kTargetBlocks, kSliceUnit)
                              : slice_len_by_count(K, tiles, kTargetBlocks, kSliceUnit);
   if (ks >= K) return {K, 1, nullptr, nullptr, false};

@@ -3,6 +3,8 @@
 // rule is in cuda_matmul.cuh; every path here gives matmul's bits.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_matmul.cuh"
@@ -52,22 +54,26 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
   }
 }
 
-// Few rows (M <= 16): each warp owns 8 columns of a slice and loads its weight operands straight
-// from memory, 8 consecutive k per lane (16 bytes for BF16/F16), the next step's loads in flight
-// while a step computes. A step is kSkinnyUnroll chunks; the block first splits the step's x into
-// operand words in shared memory once for all its warps (rows past M as zeros).
-// kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of 32, slices), or with sp.fold (column
-// tiles, 1) and each block folds its tile's slice sums in slice order, as the last block would.
+// Few rows (M <= 16): each warp owns TN tiles of 8 columns of a slice and loads its weight
+// operands straight from memory, 8 consecutive k per lane and tile (16 bytes for BF16/F16), the
+// next step's loads in flight while a step computes; the TN tiles' chains are independent, so
+// their mma overlap. A step is kSkinnyUnroll / TN chunks; the block first splits the step's x
+// into operand words in shared memory once for all its warps (rows past M as zeros).
+// kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of skinny_cols(TN), slices), or with
+// sp.fold (column tiles, 1) and each block folds its tile's slice sums in slice order, as the
+// last block would.
 // kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
 // gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
 // kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
-template <int WT, bool kHigh, bool kGroup, bool kMulti = false>
-__global__ void __launch_bounds__(kSkinnyWarps * 32)
+// Two tiles a warp are held to four blocks an SM, as one tile gets.
+template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1>
+__global__ void __launch_bounds__(kSkinnyWarps * 32, TN == 2 ? 4 : 1)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
                   float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp,
                   GroupedRows gr, MultiArgs ma) {
-  constexpr int U = kSkinnyUnroll, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
+  constexpr int U = kSkinnyUnroll / TN, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
+  constexpr int BN = skinny_cols(TN);
   constexpr bool kLo = WT != kQ8;
   // Operand words of one step: [row][group][hi 0..3, lo 0..3].
   __shared__ __align__(16) uint32_t xs[R][G][8];
@@ -101,44 +107,50 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
     }
     tile += blockIdx.z * gridDim.x;
   }
-  const int64_t n0 = static_cast<int64_t>(bx) * kSkinnyBN, nw = n0 + warp * 8;
+  const int64_t n0 = static_cast<int64_t>(bx) * BN, nw = n0 + warp * 8 * TN;
   const int64_t kbeg = sp.fold ? 0 : static_cast<int64_t>(blockIdx.y) * sp.ks;
   const int64_t kend = sp.fold ? K : kbeg + sp.ks < K ? kbeg + sp.ks : K;
-  const int64_t wr = nw + g;  // the weight row this lane loads
-  const bool wlive = wr < N;
-  const int64_t c0 = nw + 2 * t4;  // this lane's output columns c0, c0 + 1
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tot[4];
+  // Tile j: this lane loads weight row nw + 8 j + g and owns output columns c0 + 8 j, + 1.
+  const int64_t c0 = nw + 2 * t4;
+  float acc[TN][4], tot[TN][4];
+#pragma unroll
+  for (int j = 0; j < TN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
   bool have_tot = false;
-  uint32_t wb[U][4];
-  float sc[U][2];
+  uint32_t wb[U][TN][4];
+  float sc[U][TN][2];
   // Issues the weight (and Q8 scale) loads of the step at kc.
   auto load_w = [&](int64_t kc) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t k = kc + 32 * u + 8 * t4;
-      const bool in = wlive && kc + 32 * u < kend;
-      if (WT == kQ8) {
-        uint2 q = make_uint2(0u, 0u);
-        if (in) q = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w) + wr * K + k);
-        wb[u][0] = q.x, wb[u][1] = q.y, wb[u][2] = 0u, wb[u][3] = 0u;
-        const int64_t blk = (kc + 32 * u) / 32;
-        const bool sin = kc + 32 * u < kend;
-        sc[u][0] = sin && c0 < N ? wscale[c0 * (K / 32) + blk] : 0.0f;
-        sc[u][1] = sin && c0 + 1 < N ? wscale[(c0 + 1) * (K / 32) + blk] : 0.0f;
-      } else {
-        const uint16_t* w16 = static_cast<const uint16_t*>(w) + wr * K;
-        if (in && vec_w && k + 8 <= K) {
-          const uint4 v = *reinterpret_cast<const uint4*>(w16 + k);
-          wb[u][0] = v.x, wb[u][1] = v.y, wb[u][2] = v.z, wb[u][3] = v.w;
-        } else {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const uint16_t h0 = in && k + 2 * e < K ? w16[k + 2 * e] : 0;
-            const uint16_t h1 = in && k + 2 * e + 1 < K ? w16[k + 2 * e + 1] : 0;
-            wb[u][e] = pack2(h0, h1);
+      for (int j = 0; j < TN; ++j) {
+        const int64_t k = kc + 32 * u + 8 * t4, wr = nw + 8 * j + g, cj = c0 + 8 * j;
+        const bool in = wr < N && kc + 32 * u < kend;
+        if (WT == kQ8) {
+          uint2 q = make_uint2(0u, 0u);
+          if (in) q = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w) + wr * K + k);
+          wb[u][j][0] = q.x, wb[u][j][1] = q.y, wb[u][j][2] = 0u, wb[u][j][3] = 0u;
+          const int64_t blk = (kc + 32 * u) / 32;
+          const bool sin = kc + 32 * u < kend;
+          sc[u][j][0] = sin && cj < N ? wscale[cj * (K / 32) + blk] : 0.0f;
+          sc[u][j][1] = sin && cj + 1 < N ? wscale[(cj + 1) * (K / 32) + blk] : 0.0f;
+        } else {
+          const uint16_t* w16 = static_cast<const uint16_t*>(w) + wr * K;
+          if (in && vec_w && k + 8 <= K) {
+            const uint4 v = *reinterpret_cast<const uint4*>(w16 + k);
+            wb[u][j][0] = v.x, wb[u][j][1] = v.y, wb[u][j][2] = v.z, wb[u][j][3] = v.w;
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const uint16_t h0 = in && k + 2 * e < K ? w16[k + 2 * e] : 0;
+              const uint16_t h1 = in && k + 2 * e + 1 < K ? w16[k + 2 * e + 1] : 0;
+              wb[u][j][e] = pack2(h0, h1);
+            }
           }
+          sc[u][j][0] = sc[u][j][1] = 0.0f;
         }
-        sc[u][0] = sc[u][1] = 0.0f;
       }
     }
   };
@@ -164,14 +176,16 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
       *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
     __syncthreads();
-    uint32_t cw[U][4];
-    float cs[U][2];
+    uint32_t cw[U][TN][4];
+    float cs[U][TN][2];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) cw[u][e] = wb[u][e];
-      cs[u][0] = sc[u][0], cs[u][1] = sc[u][1];
-    }
+      for (int j = 0; j < TN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) cw[u][j][e] = wb[u][j][e];
+        cs[u][j][0] = sc[u][j][0], cs[u][j][1] = sc[u][j][1];
+      }
     if (kc + 32 * U < kend) load_w(kc + 32 * U);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -192,78 +206,109 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
           bl[0] = lb.x, bl[1] = lb.y, bl[2] = lb.z, bl[3] = lb.w;
         }
       }
-      // Weight words as bf16 pairs (F16: hi in wh, exact remainder in wl).
-      uint32_t wh[4], wl[4];
-      if (WT == kQ8) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t word = cw[u][e / 2];
-          const int sh = 16 * (e % 2);
-          const float f0 = static_cast<float>(static_cast<int8_t>(word >> sh));
-          const float f1 = static_cast<float>(static_cast<int8_t>(word >> (sh + 8)));
-          wh[e] = pack2(bf16_bits(f0), bf16_bits(f1));
-          wl[e] = 0u;
-        }
-      } else if (WT == kF16) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][e] & 0xffffu)));
-          const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][e] >> 16)));
-          const uint16_t h0 = bf16_bits(f0), h1 = bf16_bits(f1);
-          wh[e] = pack2(h0, h1);
-          wl[e] = pack2(lo_bits(f0, h0), lo_bits(f1, h1));
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) wh[e] = cw[u][e], wl[e] = 0u;
-      }
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        const uint32_t a[4] = {ah[2 * st], bh[2 * st], ah[2 * st + 1], bh[2 * st + 1]};
-        const uint32_t b0 = wh[2 * st], b1 = wh[2 * st + 1];
+      for (int j = 0; j < TN; ++j) {
+        // Weight words as bf16 pairs (F16: hi in wh, exact remainder in wl).
+        uint32_t wh[4], wl[4];
         if (WT == kQ8) {
-          mma_bf16(part, a, b0, b1);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint32_t word = cw[u][j][e / 2];
+            const int sh = 16 * (e % 2);
+            const float f0 = static_cast<float>(static_cast<int8_t>(word >> sh));
+            const float f1 = static_cast<float>(static_cast<int8_t>(word >> (sh + 8)));
+            wh[e] = pack2(bf16_bits(f0), bf16_bits(f1));
+            wl[e] = 0u;
+          }
+        } else if (WT == kF16) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float f0 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][j][e] & 0xffffu)));
+            const float f1 = __half2float(__ushort_as_half(static_cast<uint16_t>(cw[u][j][e] >> 16)));
+            const uint16_t h0 = bf16_bits(f0), h1 = bf16_bits(f1);
+            wh[e] = pack2(h0, h1);
+            wl[e] = pack2(lo_bits(f0, h0), lo_bits(f1, h1));
+          }
         } else {
-          const uint32_t l[4] = {al[2 * st], bl[2 * st], al[2 * st + 1], bl[2 * st + 1]};
-          mma_bf16(acc, a, b0, b1);
-          mma_bf16(acc, l, b0, b1);
-          if (WT == kF16) mma_bf16(acc, a, wl[2 * st], wl[2 * st + 1]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) wh[e] = cw[u][j][e], wl[e] = 0u;
         }
-      }
-      if (WT == kQ8) {
-        acc[0] = __fmaf_rn(cs[u][0], part[0], acc[0]);
-        acc[1] = __fmaf_rn(cs[u][1], part[1], acc[1]);
-        acc[2] = __fmaf_rn(cs[u][0], part[2], acc[2]);
-        acc[3] = __fmaf_rn(cs[u][1], part[3], acc[3]);
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          const uint32_t a[4] = {ah[2 * st], bh[2 * st], ah[2 * st + 1], bh[2 * st + 1]};
+          const uint32_t b0 = wh[2 * st], b1 = wh[2 * st + 1];
+          if (WT == kQ8) {
+            mma_bf16(part, a, b0, b1);
+          } else {
+            const uint32_t l[4] = {al[2 * st], bl[2 * st], al[2 * st + 1], bl[2 * st + 1]};
+            mma_bf16(acc[j], a, b0, b1);
+            mma_bf16(acc[j], l, b0, b1);
+            if (WT == kF16) mma_bf16(acc[j], a, wl[2 * st], wl[2 * st + 1]);
+          }
+        }
+        if (WT == kQ8) {
+          acc[j][0] = __fmaf_rn(cs[u][j][0], part[0], acc[j][0]);
+          acc[j][1] = __fmaf_rn(cs[u][j][1], part[1], acc[j][1]);
+          acc[j][2] = __fmaf_rn(cs[u][j][0], part[2], acc[j][2]);
+          acc[j][3] = __fmaf_rn(cs[u][j][1], part[3], acc[j][3]);
+        }
       }
     }
     __syncthreads();  // the next step's split overwrites xs
     const int64_t k1 = kc + 32 * U;  // a step never crosses a slice: ks is a multiple of it
     if (sp.fold && (k1 >= K || k1 % sp.ks == 0)) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        tot[e] = have_tot ? __fadd_rn(tot[e], acc[e]) : acc[e];
-        acc[e] = 0.0f;
-      }
+      for (int j = 0; j < TN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          tot[j][e] = have_tot ? __fadd_rn(tot[j][e], acc[j][e]) : acc[j][e];
+          acc[j][e] = 0.0f;
+        }
       have_tot = true;
     }
   }
   if (sp.fold) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[e] = have_tot ? tot[e] : 0.0f;
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = have_tot ? tot[j][e] : 0.0f;
   }
   const bool partial = !sp.fold && sp.s > 1;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int64_t r = g + (e >= 2 ? 8 : 0), c = c0 + (e & 1);
-    if (r >= M || c >= N) continue;
-    const int64_t pr = kGroup ? rowmap[r] : r;
-    if (partial) sp.part[(static_cast<int64_t>(blockIdx.y) * P + pr) * N + c] = acc[e];
-    else y[pr * N + c] = bias ? __fadd_rn(acc[e], bias[c]) : acc[e];
-  }
+  for (int j = 0; j < TN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t r = g + (e >= 2 ? 8 : 0), c = c0 + 8 * j + (e & 1);
+      if (r >= M || c >= N) continue;
+      const int64_t pr = kGroup ? rowmap[r] : r;
+      if (partial) sp.part[(static_cast<int64_t>(blockIdx.y) * P + pr) * N + c] = acc[j][e];
+      else y[pr * N + c] = bias ? __fadd_rn(acc[j][e], bias[c]) : acc[j][e];
+    }
   if (partial && arrive_last(sp.counters + tile, sp.s))
-    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, kSkinnyBN, bias, y, rowmap, P);
+    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, BN, bias, y, rowmap, P);
+}
+
+// Column tiles of 8 a warp of the few-row kernel owns: two once one-tile blocks would pass one
+// wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2|4 forces it
+// (side-by-side timing). The chains, and so the bits, are the same.
+int skinny_tn(int64_t blocks1) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_SKINNY_TN");
+    const int v = e ? std::atoi(e) : 0;
+    return v == 1 || v == 2 || v == 4 ? v : 0;
+  }();
+  return forced ? forced : blocks1 > kTargetBlocks ? 2 : 1;
+}
+
+// Calls f with std::integral_constant<int, TN> for skinny_tn(blocks1).
+template <class F>
+void with_tn(int64_t blocks1, F f) {
+  switch (skinny_tn(blocks1)) {
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    default: f(std::integral_constant<int, 1>{}); break;
+  }
 }
 
 template <int WT>
@@ -271,72 +316,84 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
                    Tensor y, SplitArgs sp) {
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
-  const dim3 grid(static_cast<unsigned>((y.cols + kSkinnyBN - 1) / kSkinnyBN),
-                  static_cast<unsigned>(sp.s));
-  if (sp.s > 1) {
-    sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
-    sp.counters = be.matmul_counters(grid.x);
-  }
-  auto kern = x.rows > 8 ? skinny_matmul<WT, true, false> : skinny_matmul<WT, false, false>;
-  kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
-                                    y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+  with_tn((y.cols + skinny_cols(1) - 1) / skinny_cols(1) * sp.s, [&](auto tn) {
+    constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
+    const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN), static_cast<unsigned>(sp.s));
+    if (sp.s > 1) {
+      sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+      sp.counters = be.matmul_counters(grid.x);
+    }
+    auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN>
+                           : skinny_matmul<WT, false, false, false, TN>;
+    kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
+                                      y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+  });
 }
 
 template <int WT>
 void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const CudaWeight*>& ws,
                   const std::vector<const float*>& biases, const std::vector<Tensor>& ys) {
-  MultiArgs ma;
-  ma.n = static_cast<int>(ws.size());
-  uint64_t part_n = 0, count_n = 0;
-  int tiles = 0, slices = 1;
-  bool vec_w = true;
-  for (int i = 0; i < ma.n; ++i) {
-    MultiOut& o = ma.o[i];
-    o.w = ws[i]->data, o.scales = ws[i]->scales, o.bias = biases[i], o.y = ys[i].data;
-    o.N = ys[i].cols;
-    o.tiles = static_cast<int>((o.N + kSkinnyBN - 1) / kSkinnyBN);
-    o.sp = split_for(x.cols, o.N);
-    tiles += o.tiles;
-    slices = std::max(slices, o.sp.s);
-    if (o.sp.s > 1) part_n += static_cast<uint64_t>(o.sp.s) * x.rows * o.N, count_n += o.tiles;
-    vec_w = vec_w && (WT == kQ8 || ws[i]->cols % 8 == 0);
-  }
-  float* part = part_n ? be.matmul_partials(part_n) : nullptr;
-  unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
-  for (int i = 0; i < ma.n; ++i) {
-    MultiOut& o = ma.o[i];
-    if (o.sp.s == 1) continue;
-    o.sp.part = part, o.sp.counters = counters;
-    part += static_cast<uint64_t>(o.sp.s) * x.rows * o.N;
-    counters += o.tiles;
-  }
-  const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
-  auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true> : skinny_matmul<WT, false, false, true>;
-  kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, nullptr, nullptr, nullptr, nullptr, 0,
-                                    vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+  int64_t blocks1 = 0;
+  for (const Tensor& y : ys) blocks1 += (y.cols + skinny_cols(1) - 1) / skinny_cols(1) * split_for(x.cols, y.cols).s;
+  with_tn(blocks1, [&](auto tn) {
+    constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
+    MultiArgs ma;
+    ma.n = static_cast<int>(ws.size());
+    uint64_t part_n = 0, count_n = 0;
+    int tiles = 0, slices = 1;
+    bool vec_w = true;
+    for (int i = 0; i < ma.n; ++i) {
+      MultiOut& o = ma.o[i];
+      o.w = ws[i]->data, o.scales = ws[i]->scales, o.bias = biases[i], o.y = ys[i].data;
+      o.N = ys[i].cols;
+      o.tiles = static_cast<int>((o.N + BN - 1) / BN);
+      o.sp = split_for(x.cols, o.N);
+      tiles += o.tiles;
+      slices = std::max(slices, o.sp.s);
+      if (o.sp.s > 1) part_n += static_cast<uint64_t>(o.sp.s) * x.rows * o.N, count_n += o.tiles;
+      vec_w = vec_w && (WT == kQ8 || ws[i]->cols % 8 == 0);
+    }
+    float* part = part_n ? be.matmul_partials(part_n) : nullptr;
+    unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
+    for (int i = 0; i < ma.n; ++i) {
+      MultiOut& o = ma.o[i];
+      if (o.sp.s == 1) continue;
+      o.sp.part = part, o.sp.counters = counters;
+      part += static_cast<uint64_t>(o.sp.s) * x.rows * o.N;
+      counters += o.tiles;
+    }
+    const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
+    auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN>
+                           : skinny_matmul<WT, false, false, true, TN>;
+    kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, nullptr, nullptr, nullptr, nullptr,
+                                      0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+  });
 }
 
 template <int WT>
 void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRows& gr, float* y,
                     int64_t N, bool vec_w) {
-  SplitArgs sp = split_for(K, N);
   const int tables = gr.w2 ? 2 : 1;
-  const int64_t tiles = (N + kSkinnyBN - 1) / kSkinnyBN;
-  // Enough (tile, item) blocks to fill the card: each walks its slices and folds them itself,
-  // with no partials or second pass.
-  sp.fold = sp.s > 1 && tiles * tables * gr.max_items >= kTargetBlocks / 2;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(sp.fold ? 1 : sp.s),
-                  static_cast<unsigned>(tables * gr.max_items));
-  if (sp.s > 1 && !sp.fold) {
-    sp.part = be.matmul_partials(static_cast<uint64_t>(tables * sp.s) * gr.pairs * N);
-    sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
-  }
-  const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  skinny_matmul<WT, true, true><<<grid, kSkinnyWarps * 32>>>(x, gr.pairs, K, nullptr, nullptr, nullptr,
-                                                             y, N, vec_x, vec_w, sp, gr, MultiArgs{});
+  const int64_t blocks1 = (N + skinny_cols(1) - 1) / skinny_cols(1) * tables * gr.max_items;
+  with_tn(blocks1, [&](auto tn) {
+    constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
+    SplitArgs sp = split_for(K, N);
+    const int64_t tiles = (N + BN - 1) / BN;
+    // Enough (tile, item) blocks to fill the card: each walks its slices and folds them itself,
+    // with no partials or second pass.
+    sp.fold = sp.s > 1 && tiles * tables * gr.max_items >= kTargetBlocks / 2;
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(sp.fold ? 1 : sp.s),
+                    static_cast<unsigned>(tables * gr.max_items));
+    if (sp.s > 1 && !sp.fold) {
+      sp.part = be.matmul_partials(static_cast<uint64_t>(tables * sp.s) * gr.pairs * N);
+      sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
+    }
+    const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    skinny_matmul<WT, true, true, false, TN><<<grid, kSkinnyWarps * 32>>>(
+        x, gr.pairs, K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
+  });
 }
-
 
 }  // namespace
 
