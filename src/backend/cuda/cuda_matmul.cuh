@@ -12,9 +12,10 @@
 // whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). Q8_0: x rounded to bf16,
 // int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
 // acc = fma(scale, block_sum, acc). The slices' sums are added in slice order (p0 + p1, + p2,
-// ...), then the bias. Few rows: one block per (32 columns, slice) and the last block of a tile
-// to arrive adds the partials; many rows: one block walks every slice of its tile and folds each
-// slice's chain into the total as it ends. Rows past M are zero padding; padded k adds zeros.
+// ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the last block of
+// a tile to arrive adds the partials; many rows: one block walks every slice of its tile and
+// folds each slice's chain into the total as it ends. Rows past M are zero padding; padded k
+// adds zeros.
 // This header holds what the matmul's files share: the operand helpers, the K split, the slice
 // partials, cp.async and the many-row tiles' x planes and launch.
 #include <algorithm>

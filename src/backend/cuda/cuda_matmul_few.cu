@@ -334,7 +334,8 @@ template <int WT>
 void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const CudaWeight*>& ws,
                   const std::vector<const float*>& biases, const std::vector<Tensor>& ys) {
   int64_t blocks1 = 0;
-  for (const Tensor& y : ys) blocks1 += (y.cols + skinny_cols(1) - 1) / skinny_cols(1) * split_for(x.cols, y.cols).s;
+  for (const Tensor& y : ys)
+    blocks1 += (y.cols + skinny_cols(1) - 1) / skinny_cols(1) * split_for(x.cols, y.cols).s;
   with_tn(blocks1, [&](auto tn) {
     constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
     MultiArgs ma;
