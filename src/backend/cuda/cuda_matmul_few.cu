@@ -333,9 +333,12 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
 template <int WT>
 void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const CudaWeight*>& ws,
                   const std::vector<const float*>& biases, const std::vector<Tensor>& ys) {
+  SplitArgs sps[kMaxMulti];
   int64_t blocks1 = 0;
-  for (const Tensor& y : ys)
-    blocks1 += (y.cols + skinny_cols(1) - 1) / skinny_cols(1) * split_for(x.cols, y.cols).s;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    sps[i] = split_for(x.cols, ys[i].cols);
+    blocks1 += (ys[i].cols + skinny_cols(1) - 1) / skinny_cols(1) * sps[i].s;
+  }
   with_tn(blocks1, [&](auto tn) {
     constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
     MultiArgs ma;
@@ -348,7 +351,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
       o.w = ws[i]->data, o.scales = ws[i]->scales, o.bias = biases[i], o.y = ys[i].data;
       o.N = ys[i].cols;
       o.tiles = static_cast<int>((o.N + BN - 1) / BN);
-      o.sp = split_for(x.cols, o.N);
+      o.sp = sps[i];
       tiles += o.tiles;
       slices = std::max(slices, o.sp.s);
       if (o.sp.s > 1) part_n += static_cast<uint64_t>(o.sp.s) * x.rows * o.N, count_n += o.tiles;
