@@ -52,4 +52,30 @@ TEST(MatmulSplit, SlicesAreWholeUnitsAndTheCostModelNeverLoses) {
   }
 }
 
+// The memo gives what the computation gives, computes each shape once while it fits, and
+// computes again, correctly, after an entry was replaced.
+TEST(MatmulSplit, MemoAnswersAsTheComputation) {
+  SliceMemo memo;
+  int calls = 0;
+  auto exact = [](int64_t K, int64_t N) { return slice_len_by_cost(K, (N + 31) / 32, kTarget, kUnit); };
+  auto ask = [&](int64_t K, int64_t N) {
+    return memo.get(K, N, [&] {
+      ++calls;
+      return exact(K, N);
+    });
+  };
+  const int64_t shapes[][2] = {{4096, 4096}, {4096, 1024}, {14336, 4096}, {4096, 14336}, {4096, 128256}};
+  for (int round = 0; round < 3; ++round)
+    for (const auto& s : shapes) EXPECT_EQ(ask(s[0], s[1]), exact(s[0], s[1]));
+  EXPECT_EQ(calls, 5);
+  // K and N swapped is another shape.
+  EXPECT_EQ(ask(1024, 4096), exact(1024, 4096));
+  EXPECT_EQ(calls, 6);
+  // Forty more shapes push every entry out; the first shapes are then computed again.
+  for (int64_t i = 0; i < 40; ++i) EXPECT_EQ(ask(256 * (i + 1), 96 + 32 * i), exact(256 * (i + 1), 96 + 32 * i));
+  EXPECT_EQ(calls, 46);
+  for (const auto& s : shapes) EXPECT_EQ(ask(s[0], s[1]), exact(s[0], s[1]));
+  EXPECT_EQ(calls, 51);
+}
+
 }  // namespace tf::cuda::mm

@@ -80,9 +80,12 @@ inline SplitArgs split_for(int64_t K, int64_t N) {
     const char* e = std::getenv("TF_CUDA_SPLIT");
     return !(e && std::string(e) == "count");
   }();
-  const int64_t tiles = (N + kSplitCols - 1) / kSplitCols;
-  const int64_t ks = by_cost ? slice_len_by_cost(K, tiles, kTargetBlocks, kSliceUnit)
-                             : slice_len_by_count(K, tiles, kTargetBlocks, kSliceUnit);
+  thread_local SliceMemo memo;
+  const int64_t ks = memo.get(K, N, [&] {
+    const int64_t tiles = (N + kSplitCols - 1) / kSplitCols;
+    return by_cost ? slice_len_by_cost(K, tiles, kTargetBlocks, kSliceUnit)
+                   : slice_len_by_count(K, tiles, kTargetBlocks, kSliceUnit);
+  });
   if (ks >= K) return {K, 1, nullptr, nullptr, false};
   return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr, false};
 }

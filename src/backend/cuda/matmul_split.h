@@ -30,4 +30,28 @@ inline int64_t slice_len_by_cost(int64_t K, int64_t tiles, int64_t target, int64
   return best;
 }
 
+// The last few slice lengths by (K, N), so a launch finds its split without rerunning the cost
+// model: a model asks for a handful of shapes every token. One per thread (no locking).
+class SliceMemo {
+ public:
+  // The slice length of (K, N): remembered, or compute() remembered in the oldest entry's place.
+  template <class F>
+  int64_t get(int64_t K, int64_t N, F compute) {
+    for (const Entry& e : entries_)
+      if (e.K == K && e.N == N) return e.ks;
+    const int64_t ks = compute();
+    entries_[next_] = {K, N, ks};
+    next_ = (next_ + 1) % kEntries;
+    return ks;
+  }
+
+ private:
+  static constexpr int kEntries = 16;
+  struct Entry {
+    int64_t K = -1, N = -1, ks = 0;
+  };
+  Entry entries_[kEntries];
+  int next_ = 0;
+};
+
 }  // namespace tf::cuda::mm
