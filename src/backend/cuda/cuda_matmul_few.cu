@@ -290,13 +290,13 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, TN == 2 ? 4 : 1)
 }
 
 // Column tiles of 8 a warp of the few-row kernel owns: two once one-tile blocks would pass one
-// wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2|4 forces it
+// wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2 forces it
 // (side-by-side timing). The chains, and so the bits, are the same.
 int skinny_tn(int64_t blocks1) {
   static const int forced = [] {
     const char* e = std::getenv("TF_CUDA_SKINNY_TN");
     const int v = e ? std::atoi(e) : 0;
-    return v == 1 || v == 2 || v == 4 ? v : 0;
+    return v == 1 || v == 2 ? v : 0;
   }();
   return forced ? forced : blocks1 > kTargetBlocks ? 2 : 1;
 }
@@ -304,11 +304,8 @@ int skinny_tn(int64_t blocks1) {
 // Calls f with std::integral_constant<int, TN> for skinny_tn(blocks1).
 template <class F>
 void with_tn(int64_t blocks1, F f) {
-  switch (skinny_tn(blocks1)) {
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    default: f(std::integral_constant<int, 1>{}); break;
-  }
+  if (skinny_tn(blocks1) == 2) f(std::integral_constant<int, 2>{});
+  else f(std::integral_constant<int, 1>{});
 }
 
 template <int WT>
