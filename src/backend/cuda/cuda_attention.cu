@@ -1,16 +1,22 @@
 // Paged KV writes and causal attention on the GPU.
 //
-// Order rule (per row and head; n = pos - first + 1 keys): the keys are cut into splits of 64
-// counted from first. Within split s: score_j = dot(q, k_j) by fma over d = 0.. in order, times
-// scale, then softcap; m_s = max of the split's scores; p_j = expf(score_j - m_s);
-// l_s = butterfly warp_sum over lanes L of (p_L + p_{L+32}); acc_s[d] = fma over j in key order
-// of p_j * v_j[d], from 0. Splits are folded in split order from split 0:
+// Order rule (per row and head; the row's keys are positions first..pos): keys are cut into
+// splits of 64 on the absolute grid (split s holds positions 64s..64s+63); the row's splits are
+// those holding any of its keys. Products run on tensor cores in tf32: x = big + small with
+// big = tf32(x) and small = tf32(x - big), and a k8 step of a product adds small*big, then
+// big*small, then big*big to its f32 accumulator (mma m16n8k8). Within split s:
+// score_j = that product over dims in steps of 8 in order (dims past head_dim are 0), times
+// scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
+// scores; p_j = expf(score_j - m_s), 0 where masked; l_s = butterfly warp_sum over lanes L of
+// (p_L + p_{L+32}); acc_s[d] = the product of p and v over the split's 64 keys in steps of 8,
+// from 0. Splits are folded in split order from the row's first:
 // m' = max(m, m_s), a = expf(m - m'), b = expf(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
-// out = acc / l. The fold runs inside one block (whole mode) or, split by split, in parallel
-// blocks whose partials a merge kernel folds (split mode); both run the same operations, so the
-// bits depend only on the row's q, keys, values and n, never on the batch, grouping or pages.
-// Blocks share each staged K/V tile among up to 32 (row, head) pairs: consecutive rows of one
-// sequence and the heads of one GQA group.
+// out = acc / l + 0. An element of an mma product depends only on its own row and column, and a
+// masked key adds an exact zero, so the bits depend only on the row's q, keys, values and
+// range, never on the batch, grouping or pages. The fold runs inside one block (whole mode) or,
+// split by split, in parallel blocks whose partials a merge kernel folds (split mode); both run
+// the same operations. Blocks share each staged K/V tile among up to 64 (row, head) pairs:
+// consecutive rows of one sequence and the heads of one GQA group.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -23,12 +29,12 @@ namespace tf::cuda {
 
 namespace {
 
-constexpr int kSplit = 64;          // keys per split, counted from the row's first key
-constexpr int kChunk = 128;         // head dims staged per pass
-constexpr int kKst = kChunk + 4;    // staged row stride: an odd count of float4, no bank conflicts
-constexpr int kThreads = 256;       // 8 warps; warp w owns pairs w, w + 8, ...
-constexpr int kMaxSpread = 31;      // most a group's first keys may differ (sliding window)
-constexpr int kMaxStage = kSplit + kMaxSpread + 1;  // staged keys per split, at most
+constexpr int kSplit = 64;       // keys per split, on the absolute position grid
+constexpr int kChunk = 128;      // head dims staged per pass
+constexpr int kKs = kChunk + 4;  // K row stride, 4 mod 32: QK^T B fragments hit 32 banks
+constexpr int kVs = kChunk + 8;  // V row stride, 8 mod 32: PV B fragments hit 32 banks
+constexpr int kPs = kSplit + 4;  // score row stride, 4 mod 32: PV A fragments hit 32 banks
+constexpr int kThreads = 256;    // 8 warps
 constexpr int kMaxHeadDim = 512;
 constexpr uint64_t kMaxPartialBytes = 256ull << 20;
 
@@ -49,249 +55,268 @@ struct AttnArgs {
   const int32_t* row_pos;
   const int32_t* row_first;
   const int32_t* row_pages;  // offset of each row's page list in pages
-  const int32_t* part_off;   // split-mode rows: first partial slot
+  const int32_t* part_off;   // split-mode rows: partial slot of the row's first split
   const int32_t* grp;        // [groups + 1] first row of each group
   const int32_t* items;      // per block x: group, split (-1: every split, whole mode)
   const int32_t* pages;
   float* part_ml;   // [slot][head] (m, l)
   float* part_acc;  // [slot][head][head_dim]
-  int page_size, kv_width, n_heads, group, head_dim, hd_pad;
-  int hpb;    // heads per block (a divisor of group)
-  int stage;  // staged keys per split: a multiple of 32 >= kSplit + the largest group spread
+  int page_size, kv_width, n_heads, group, head_dim;
+  int hd_pad;    // head_dim rounded up to 8
+  int q_stride;  // staged q row stride: 4 mod 32
+  int hpb;       // heads per block (a divisor of group)
   int64_t ldq;
   float scale, softcap;
 };
 
-__device__ __forceinline__ void fma4(float p, const float4& v, float4& acc) {
-  acc.x = __fmaf_rn(p, v.x, acc.x);
-  acc.y = __fmaf_rn(p, v.y, acc.y);
-  acc.z = __fmaf_rn(p, v.z, acc.z);
-  acc.w = __fmaf_rn(p, v.w, acc.w);
-}
+// Query row stride in shared memory for dims rounded to hd_pad: 4 mod 32.
+constexpr int q_stride_for(int hd_pad) { return (hd_pad + 31) / 32 * 32 + 4; }
 
 // The fold of one split into the running state; the merge kernel runs the same operations.
 __device__ __forceinline__ float fold(float acc, float a, float acc_s, float b) {
   return __fadd_rn(__fmul_rn(acc, a), __fmul_rn(acc_s, b));
 }
 
-// Stages dims [dim0, dim0 + cw) of keys [base, base + count) of the kv head at column head_off
-// into dst (rows of kKst floats); dims past head_dim read as 0.
-__device__ __forceinline__ void stage_rows(float* dst, const float* src, const int32_t* pt,
-                                           const AttnArgs& a, int base, int count, int64_t head_off,
-                                           int dim0, int cw, bool vec) {
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(__fsub_rn(x, __uint_as_float(big))));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One k8 step of the rule's product: small*big, big*small, then big*big.
+__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ab)[4], const uint32_t (&as)[4],
+                                     const uint32_t (&bb)[2], const uint32_t (&bs)[2]) {
+  mma_tf32(d, as, bb);
+  mma_tf32(d, ab, bs);
+  mma_tf32(d, ab, bb);
+}
+
+// A fragment (16 x 8, row major) at src with row stride ld, split into big and small.
+__device__ __forceinline__ void load_a(const float* src, int ld, int lane, uint32_t (&ab)[4],
+                                       uint32_t (&as)[4]) {
+  const float* p = src + (lane >> 2) * ld + (lane & 3);
+  split_tf32(p[0], ab[0], as[0]);
+  split_tf32(p[8 * ld], ab[1], as[1]);
+  split_tf32(p[4], ab[2], as[2]);
+  split_tf32(p[8 * ld + 4], ab[3], as[3]);
+}
+
+// Stages dims [dim0, dim0 + cw) of split positions [base, base + 64) of the kv head at column
+// head_off into dst (rows of stride floats); positions outside [lo, hi] and dims past head_dim
+// stage as 0, so masked products are exact zeros whatever the pool holds there.
+__device__ __forceinline__ void stage_split(float* dst, int stride, const float* src,
+                                            const int32_t* pt, const AttnArgs& a, int base, int lo,
+                                            int hi, int64_t head_off, int dim0, int cw, bool vec) {
   const int c4 = cw / 4;
-  for (int e = threadIdx.x; e < count * c4; e += kThreads) {
+  for (int e = threadIdx.x; e < kSplit * c4; e += kThreads) {
     const int key = e / c4, d = 4 * (e % c4);
     const int32_t pk = base + key;
-    const int64_t slot = static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size;
-    const float* row = src + slot * a.kv_width + head_off + dim0 + d;
-    float4 x;
-    if (vec) {
-      x = *reinterpret_cast<const float4*>(row);
-    } else {
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (pk >= lo && pk <= hi) {
+      const int64_t slot = static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size;
+      const float* row = src + slot * a.kv_width + head_off + dim0 + d;
       const int left = a.head_dim - dim0 - d;
-      x.x = left > 0 ? row[0] : 0.0f;
-      x.y = left > 1 ? row[1] : 0.0f;
-      x.z = left > 2 ? row[2] : 0.0f;
-      x.w = left > 3 ? row[3] : 0.0f;
+      if (vec && left >= 4) {
+        x = *reinterpret_cast<const float4*>(row);
+      } else {
+        x.x = left > 0 ? row[0] : 0.0f;
+        x.y = left > 1 ? row[1] : 0.0f;
+        x.z = left > 2 ? row[2] : 0.0f;
+        x.w = left > 3 ? row[3] : 0.0f;
+      }
     }
-    *reinterpret_cast<float4*>(dst + key * kKst + d) = x;
+    *reinterpret_cast<float4*>(dst + key * stride + d) = x;
   }
 }
 
-// One block: a group of consecutive rows of one sequence x hpb heads of one kv head, over one
-// split (items[1] >= 0: writes partials) or every split folded in order (items[1] < 0).
-template <int NC, int PT>
+// Partial slot of (row, head) for absolute split s.
+__device__ __forceinline__ int64_t part_slot(const AttnArgs& a, int row, int head, int s) {
+  return (static_cast<int64_t>(a.part_off[row]) + s - a.row_first[row] / kSplit) * a.n_heads + head;
+}
+
+// One block: a group of consecutive rows of one sequence x hpb heads of one kv head (16 * MT
+// pairs at most), over one split (items[1] >= 0: writes partials) or every split of the group
+// folded in order (items[1] < 0). Scores: warp w owns keys 8w..8w+7 of every m tile. PV: warp
+// w owns m tile w % MT and the dim tiles (w + 8j) / MT.
+template <int NC, int MT>
 __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   extern __shared__ float4 sh4[];
-  constexpr int kPairs = 8 * PT, kKK = kMaxStage / 32;
-  const int hdp = a.hd_pad, ks = a.stage, hd = a.head_dim;
-  float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][hdp]
-  float* kvs = qs + kPairs * hdp;             // [ks][kKst]
-  float* ps = kvs + ks * kKst;                // [kPairs][ks]: scores, then weights
+  constexpr int kPairs = 16 * MT, kPW = kPairs / 8, kJ = (MT * NC * kChunk / 8 + 7) / 8;
+  const int hd = a.head_dim, hdp = a.hd_pad, qst = a.q_stride;
+  float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][qst]
+  float* kvs = qs + kPairs * qst;             // [kSplit][kKs or kVs]
+  float* ps = kvs + kSplit * kVs;             // [kPairs][kPs]: scores, then weights
+  float* st = ps + kPairs * kPs;              // [kPairs][6]: a, b, l, mode, m, started
+  int* rng = reinterpret_cast<int*>(st + 6 * kPairs);  // [kPairs][2]: first, pos (-1: padding)
   const int g = a.items[2 * blockIdx.x], split = a.items[2 * blockIdx.x + 1];
   const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
   const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
   const int P = nrows * a.hpb, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int32_t first0 = a.row_first[r0], pos_max = a.row_pos[r0 + nrows - 1];
-  const int32_t first_last = a.row_first[r0 + nrows - 1];
-  const int n_last = pos_max - first_last + 1;
-  const int s_begin = split < 0 ? 0 : split;
-  const int s_end = split < 0 ? (n_last + kSplit - 1) / kSplit : split + 1;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int32_t lo = a.row_first[r0], hi = a.row_pos[r0 + nrows - 1];
+  const int s_begin = split < 0 ? lo / kSplit : split, s_end = split < 0 ? hi / kSplit + 1 : split + 1;
   const int32_t* pt = a.pages + a.row_pages[r0];
   const int64_t head_off = static_cast<int64_t>(kvh) * hd;
-  const bool vec = hd % 4 == 0, aligned = first_last == first0;
-  for (int e = threadIdx.x; e < P * hdp; e += kThreads) {
+  const bool vec = hd % 4 == 0;
+  for (int e = threadIdx.x; e < kPairs * hdp; e += kThreads) {
     const int p = e / hdp, d = e % hdp;
-    const int64_t row = r0 + p / a.hpb, h = h0 + p % a.hpb;
-    qs[e] = d < hd ? a.q[row * a.ldq + h * hd + d] : 0.0f;
+    float x = 0.0f;
+    if (p < P && d < hd)
+      x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
+    qs[p * qst + d] = x;
   }
-  int prow[PT], pn[PT], pdelta[PT], phead[PT];
-  bool pon[PT];
-  float m[PT], l[PT], fa[PT], fb[PT];
-  float4 acc[PT][NC];
-#pragma unroll
-  for (int i = 0; i < PT; ++i) {
-    const int p = warp + 8 * i;
-    pon[i] = p < P;
-    prow[i] = r0 + (pon[i] ? p / a.hpb : 0);
-    phead[i] = h0 + p % a.hpb;
-    pn[i] = a.row_pos[prow[i]] - a.row_first[prow[i]] + 1;
-    pdelta[i] = a.row_first[prow[i]] - first0;
-    m[i] = l[i] = fa[i] = fb[i] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < NC; ++c) acc[i][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int p = threadIdx.x; p < kPairs; p += kThreads) {
+    const int row = r0 + (p < P ? p / a.hpb : 0);
+    rng[2 * p] = a.row_first[row];
+    rng[2 * p + 1] = p < P ? a.row_pos[row] : -1;
+    st[6 * p + 5] = 0.0f;
   }
+  const int pv_mt = warp % MT, ntiles = hdp / 8;
+  float acc[kJ][4];
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   for (int s = s_begin; s < s_end; ++s) {
-    const int base = first0 + s * kSplit, nstage = min(ks, pos_max - base + 1);
-    bool on[PT];
-    int kval[PT];
+    const int base = s * kSplit;
+    float sc[MT][4];
 #pragma unroll
-    for (int i = 0; i < PT; ++i) {
-      on[i] = pon[i] && s * kSplit < pn[i];
-      kval[i] = min(kSplit, pn[i] - s * kSplit);
-    }
-    // Scores of every staged key for each pair: fma over d in order.
-    float sc[PT][kKK];
-#pragma unroll
-    for (int i = 0; i < PT; ++i)
-#pragma unroll
-      for (int kk = 0; kk < kKK; ++kk) sc[i][kk] = 0.0f;
+    for (int t = 0; t < MT; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.0f;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      const int cw = min(kChunk, hdp - c * kChunk);
+      const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
+      if (cw <= 0) break;
       __syncthreads();
-      stage_rows(kvs, a.k, pt, a, base, nstage, head_off, c * kChunk, cw, vec);
+      stage_split(kvs, kKs, a.k, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
-      for (int d = 0; d < cw; d += 4) {
-        float4 kv[kKK];
+      for (int kk = 0; kk < cw; kk += 8) {
+        uint32_t bb[2], bs[2];
+        const float* kr = kvs + (8 * warp + gq) * kKs + kk + tq;
+        split_tf32(kr[0], bb[0], bs[0]);
+        split_tf32(kr[4], bb[1], bs[1]);
 #pragma unroll
-        for (int kk = 0; kk < kKK; ++kk)
-          kv[kk] = 32 * kk < ks ? *reinterpret_cast<const float4*>(kvs + (lane + 32 * kk) * kKst + d)
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int i = 0; i < PT; ++i) {
-          if (!on[i]) continue;
-          const float4 qv =
-              *reinterpret_cast<const float4*>(qs + (warp + 8 * i) * hdp + c * kChunk + d);
-#pragma unroll
-          for (int kk = 0; kk < kKK; ++kk) {
-            sc[i][kk] = __fmaf_rn(qv.x, kv[kk].x, sc[i][kk]);
-            sc[i][kk] = __fmaf_rn(qv.y, kv[kk].y, sc[i][kk]);
-            sc[i][kk] = __fmaf_rn(qv.z, kv[kk].z, sc[i][kk]);
-            sc[i][kk] = __fmaf_rn(qv.w, kv[kk].w, sc[i][kk]);
-          }
+        for (int t = 0; t < MT; ++t) {
+          uint32_t ab[4], as[4];
+          load_a(qs + 16 * t * qst + d0 + kk, qst, lane, ab, as);
+          mma3(sc[t], ab, as, bb, bs);
         }
       }
     }
 #pragma unroll
-    for (int i = 0; i < PT; ++i) {
-      if (!on[i]) continue;
-#pragma unroll
-      for (int kk = 0; kk < kKK; ++kk) {
-        const int idx = lane + 32 * kk;
-        if (idx >= nstage) continue;
-        float x = __fmul_rn(sc[i][kk], a.scale);
-        if (a.softcap > 0.0f) x = __fmul_rn(a.softcap, tanhf(__fdiv_rn(x, a.softcap)));
-        ps[(warp + 8 * i) * ks + idx] = x;
-      }
+    for (int t = 0; t < MT; ++t) {
+      float* pr = ps + (16 * t + gq) * kPs + 8 * warp + 2 * tq;
+      pr[0] = sc[t][0], pr[1] = sc[t][1], pr[8 * kPs] = sc[t][2], pr[8 * kPs + 1] = sc[t][3];
     }
-    __syncwarp();
-    // Split softmax per pair over its own keys j = 0..kval-1 (staged at pdelta + j).
+    __syncthreads();
+    // Split softmax per pair over its keys in this split; masked and padding weights are 0.
 #pragma unroll
-    for (int i = 0; i < PT; ++i) {
-      if (!on[i]) continue;
-      float* pr = ps + (warp + 8 * i) * ks + pdelta[i];
-      const bool v0 = lane < kval[i], v1 = lane + 32 < kval[i];
-      const float s0 = v0 ? pr[lane] : -INFINITY, s1 = v1 ? pr[lane + 32] : -INFINITY;
-      const float mx = warp_max(fmaxf(s0, s1));
-      const float p0 = v0 ? expf(__fsub_rn(s0, mx)) : 0.0f;
-      const float p1 = v1 ? expf(__fsub_rn(s1, mx)) : 0.0f;
+    for (int i = 0; i < kPW; ++i) {
+      const int p = warp + 8 * i;
+      const int klo = max(rng[2 * p], base) - base, khi = min(rng[2 * p + 1], base + kSplit - 1) - base;
+      const bool on = klo <= khi;
+      float* pr = ps + p * kPs;
+      const bool v0 = on && lane >= klo && lane <= khi, v1 = on && lane + 32 >= klo && lane + 32 <= khi;
+      float x0 = -INFINITY, x1 = -INFINITY;
+      if (v0) x0 = __fmul_rn(pr[lane], a.scale);
+      if (v1) x1 = __fmul_rn(pr[lane + 32], a.scale);
+      if (a.softcap > 0.0f) {
+        if (v0) x0 = __fmul_rn(a.softcap, tanhf(__fdiv_rn(x0, a.softcap)));
+        if (v1) x1 = __fmul_rn(a.softcap, tanhf(__fdiv_rn(x1, a.softcap)));
+      }
+      const float mx = warp_max(fmaxf(x0, x1));
+      const float p0 = v0 ? expf(__fsub_rn(x0, mx)) : 0.0f;
+      const float p1 = v1 ? expf(__fsub_rn(x1, mx)) : 0.0f;
       const float lsum = warp_sum(__fadd_rn(p0, p1));
-      if (v0) pr[lane] = p0;
-      if (v1) pr[lane + 32] = p1;
+      pr[lane] = p0, pr[lane + 32] = p1;
+      if (lane != 0) continue;
+      float* sp = st + 6 * p;
+      sp[3] = on ? (split < 0 && sp[5] != 0.0f ? 2.0f : 1.0f) : 0.0f;
+      if (!on) continue;
       if (split >= 0) {
-        if (lane == 0) {
-          const int64_t slot = (static_cast<int64_t>(a.part_off[prow[i]]) + s) * a.n_heads + phead[i];
-          a.part_ml[2 * slot] = mx;
-          a.part_ml[2 * slot + 1] = lsum;
-        }
-      } else if (s == 0) {
-        m[i] = mx, l[i] = lsum;
+        const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
+        a.part_ml[2 * slot] = mx;
+        a.part_ml[2 * slot + 1] = lsum;
+      } else if (sp[5] == 0.0f) {
+        sp[4] = mx, sp[2] = lsum, sp[5] = 1.0f;
       } else {
-        const float mn = fmaxf(m[i], mx);
-        fa[i] = expf(__fsub_rn(m[i], mn));
-        fb[i] = expf(__fsub_rn(mx, mn));
-        l[i] = fold(l[i], fa[i], lsum, fb[i]);
-        m[i] = mn;
+        const float mn = fmaxf(sp[4], mx);
+        sp[0] = expf(__fsub_rn(sp[4], mn));
+        sp[1] = expf(__fsub_rn(mx, mn));
+        sp[2] = fold(sp[2], sp[0], lsum, sp[1]);
+        sp[4] = mn;
       }
     }
-    __syncwarp();
-    // acc_s[d] = fma over the pair's keys in order; then fold or write the partial.
+    // acc_s = P V over the split's keys in steps of 8, per dim chunk; then fold or write.
+    float as_[kJ][4];
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) as_[j][0] = as_[j][1] = as_[j][2] = as_[j][3] = 0.0f;
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      const int cw = min(kChunk, hdp - c * kChunk), d = 4 * lane;
+      const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
+      if (cw <= 0) break;
       __syncthreads();
-      stage_rows(kvs, a.v, pt, a, base, nstage, head_off, c * kChunk, cw, vec);
+      stage_split(kvs, kVs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
-      float4 as[PT];
 #pragma unroll
-      for (int i = 0; i < PT; ++i) as[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (d < cw) {
-        if (aligned) {
-          int jmax = 0;
+      for (int kk = 0; kk < kSplit; kk += 8) {
+        uint32_t ab[4], as[4];
+        load_a(ps + 16 * pv_mt * kPs + kk, kPs, lane, ab, as);
 #pragma unroll
-          for (int i = 0; i < PT; ++i)
-            if (on[i]) jmax = max(jmax, kval[i]);
-          for (int j = 0; j < jmax; ++j) {
-            const float4 vv = *reinterpret_cast<const float4*>(kvs + j * kKst + d);
-#pragma unroll
-            for (int i = 0; i < PT; ++i)
-              if (on[i] && j < kval[i]) fma4(ps[(warp + 8 * i) * ks + j], vv, as[i]);
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < PT; ++i) {
-            if (!on[i]) continue;
-            const float* pr = ps + (warp + 8 * i) * ks + pdelta[i];
-            for (int j = 0; j < kval[i]; ++j)
-              fma4(pr[j], *reinterpret_cast<const float4*>(kvs + (pdelta[i] + j) * kKst + d), as[i]);
-          }
+        for (int j = 0; j < kJ; ++j) {
+          const int nt = (warp + 8 * j) / MT, dn = 8 * nt - d0;
+          if (nt >= ntiles || dn < 0 || dn >= cw) continue;
+          uint32_t bb[2], bs[2];
+          const float* vr = kvs + (kk + tq) * kVs + dn + gq;
+          split_tf32(vr[0], bb[0], bs[0]);
+          split_tf32(vr[4 * kVs], bb[1], bs[1]);
+          mma3(as_[j], ab, as, bb, bs);
         }
+      }
+    }
 #pragma unroll
-        for (int i = 0; i < PT; ++i) {
-          if (!on[i]) continue;
-          if (split >= 0) {
-            const int64_t slot = (static_cast<int64_t>(a.part_off[prow[i]]) + s) * a.n_heads + phead[i];
-            float* dst = a.part_acc + slot * hd + c * kChunk + d;
-            const float e4[4] = {as[i].x, as[i].y, as[i].z, as[i].w};
+    for (int j = 0; j < kJ; ++j) {
+      const int nt = (warp + 8 * j) / MT;
+      if (nt >= ntiles) continue;
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (c * kChunk + d + e < hd) dst[e] = e4[e];
-          } else if (s == 0) {
-            acc[i][c] = as[i];
-          } else {
-            acc[i][c].x = fold(acc[i][c].x, fa[i], as[i].x, fb[i]);
-            acc[i][c].y = fold(acc[i][c].y, fa[i], as[i].y, fb[i]);
-            acc[i][c].z = fold(acc[i][c].z, fa[i], as[i].z, fb[i]);
-            acc[i][c].w = fold(acc[i][c].w, fa[i], as[i].w, fb[i]);
-          }
+      for (int h = 0; h < 2; ++h) {
+        const int p = 16 * pv_mt + gq + 8 * h;
+        const float* sp = st + 6 * p;
+        const float mode = sp[3];
+        if (mode == 0.0f) continue;
+        if (split >= 0) {
+          float* dst = a.part_acc + part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s) * hd;
+          const int d = 8 * nt + 2 * tq;
+          if (d < hd) dst[d] = as_[j][2 * h];
+          if (d + 1 < hd) dst[d + 1] = as_[j][2 * h + 1];
+        } else if (mode == 1.0f) {
+          acc[j][2 * h] = as_[j][2 * h], acc[j][2 * h + 1] = as_[j][2 * h + 1];
+        } else {
+          acc[j][2 * h] = fold(acc[j][2 * h], sp[0], as_[j][2 * h], sp[1]);
+          acc[j][2 * h + 1] = fold(acc[j][2 * h + 1], sp[0], as_[j][2 * h + 1], sp[1]);
         }
       }
     }
   }
   if (split >= 0) return;
 #pragma unroll
-  for (int i = 0; i < PT; ++i) {
-    if (!pon[i]) continue;
-    float* orow = a.out + static_cast<int64_t>(prow[i]) * a.ldq + static_cast<int64_t>(phead[i]) * hd;
+  for (int j = 0; j < kJ; ++j) {
+    const int nt = (warp + 8 * j) / MT;
+    if (nt >= ntiles) continue;
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const int d = c * kChunk + 4 * lane;
-      const float e4[4] = {acc[i][c].x, acc[i][c].y, acc[i][c].z, acc[i][c].w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (d + e < hd) orow[d + e] = __fdiv_rn(e4[e], l[i]);
+    for (int h = 0; h < 2; ++h) {
+      const int p = 16 * pv_mt + gq + 8 * h;
+      if (p >= P) continue;
+      const float lp = st[6 * p + 2];
+      float* orow = a.out + static_cast<int64_t>(r0 + p / a.hpb) * a.ldq +
+                    static_cast<int64_t>(h0 + p % a.hpb) * hd;
+      const int d = 8 * nt + 2 * tq;
+      if (d < hd) orow[d] = __fadd_rn(__fdiv_rn(acc[j][2 * h], lp), 0.0f);
+      if (d + 1 < hd) orow[d + 1] = __fadd_rn(__fdiv_rn(acc[j][2 * h + 1], lp), 0.0f);
     }
   }
 }
@@ -299,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
 // Folds a split-mode row's partials in split order, as the whole-mode block does.
 __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
   const int r = brows[blockIdx.y], h = blockIdx.x, hd = a.head_dim;
-  const int n = a.row_pos[r] - a.row_first[r] + 1, splits = (n + kSplit - 1) / kSplit;
+  const int splits = a.row_pos[r] / kSplit - a.row_first[r] / kSplit + 1;
   const int64_t slot0 = static_cast<int64_t>(a.part_off[r]) * a.n_heads + h;
   float* orow = a.out + static_cast<int64_t>(r) * a.ldq + static_cast<int64_t>(h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -313,7 +338,7 @@ __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
       acc = fold(acc, fa, a.part_acc[slot * hd + d], fb);
       m = mn;
     }
-    orow[d] = __fdiv_rn(acc, l);
+    orow[d] = __fadd_rn(__fdiv_rn(acc, l), 0.0f);
   }
 }
 
@@ -341,28 +366,27 @@ void check_layout(const RowLayout& rows, int64_t m, const char* op) {
 }
 
 
-// Pairs per warp for head dims of NC staged chunks: the running state stays within 16 floats.
-constexpr int pairs_per_warp(int nc) { return nc == 1 ? 4 : nc == 2 ? 2 : 1; }
+// Pairs a block holds for head dims of NC staged chunks: the staged q stays near 33 KB.
+constexpr int pairs_per_block(int nc) { return nc == 1 ? 64 : nc == 2 ? 32 : 16; }
 
-size_t attention_smem(int nc, int hd_pad, int stage) {
-  const int pairs = 8 * pairs_per_warp(nc);
-  return (static_cast<size_t>(pairs) * hd_pad + static_cast<size_t>(stage) * kKst +
-          static_cast<size_t>(pairs) * stage) * sizeof(float);
+size_t attention_smem(int mt, int hd_pad) {
+  const size_t pairs = 16 * static_cast<size_t>(mt);
+  return (pairs * q_stride_for(hd_pad) + static_cast<size_t>(kSplit) * kVs + pairs * kPs + pairs * 8) *
+         sizeof(float);
 }
 
-template <int NC>
+template <int NC, int MT>
 void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem) {
-  constexpr int kPt = pairs_per_warp(NC);
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
-    const size_t most = attention_smem(NC, NC * kChunk, kMaxStage);
-    TF_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NC, kPt>,
+    const size_t most = attention_smem(MT, NC * kChunk);
+    TF_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NC, MT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(most)),
                   "attention: shared memory of ", most, " bytes");
     ready.store(true);
   }
-  attention_kernel<NC, kPt><<<dim3(items, yblocks), kThreads, smem>>>(a);
+  attention_kernel<NC, MT><<<dim3(items, yblocks), kThreads, smem>>>(a);
 }
 }  // namespace
 
@@ -420,8 +444,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int m = static_cast<int>(q.rows);
   if (m == 0) return;
   TF_CHECK(q.rows <= 65535, "attention: ", q.rows, " rows is more than one call takes");
-  const int hd = p.head_dim, hd_pad = (hd + 3) / 4 * 4, nc = (hd_pad + kChunk - 1) / kChunk;
-  const int group = p.n_heads / p.n_kv_heads, pairs = 8 * pairs_per_warp(nc);
+  const int hd = p.head_dim, hd_pad = (hd + 7) / 8 * 8, nc = (hd_pad + kChunk - 1) / kChunk;
+  const int group = p.n_heads / p.n_kv_heads, pairs = pairs_per_block(nc);
   int hpb = 1;
   for (int d = 1; d <= std::min(group, pairs); ++d)
     if (group % d == 0) hpb = d;
@@ -441,20 +465,20 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     }
     pgoff[i] = seq_off[s];
   }
-  // Groups: runs of consecutive positions of one sequence whose first keys differ by little.
+  // Groups: runs of consecutive positions of one sequence, up to rmax rows.
   std::vector<int32_t> grp{0};
-  int spread = 0;
+  int most_rows = 1;
   for (int r = 1; r < m; ++r) {
     const size_t i = static_cast<size_t>(r);
     const int32_t g0 = grp.back();
-    const bool joins = rows.seq[i] == rows.seq[i - 1] && pos[i] == pos[i - 1] + 1 &&
-                       r - g0 < rmax && first[i] - first[static_cast<size_t>(g0)] <= kMaxSpread;
-    if (joins) spread = std::max(spread, first[i] - first[static_cast<size_t>(g0)]);
-    else grp.push_back(r);
+    if (rows.seq[i] == rows.seq[i - 1] && pos[i] == pos[i - 1] + 1 && r - g0 < rmax)
+      most_rows = std::max(most_rows, r - g0 + 1);
+    else
+      grp.push_back(r);
   }
   grp.push_back(m);
   const int ng = static_cast<int>(grp.size()) - 1;
-  const int stage = (kSplit + spread + 31) / 32 * 32;
+  const int mt = most_rows * hpb <= 16 ? 1 : most_rows * hpb <= 32 ? 2 : 4;
   // Split mode (one block per split, then a merge) for groups of few rows or when whole-mode
   // blocks would not fill the device; the bits are the same in either mode.
   int sms = 0;
@@ -465,14 +489,15 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
   std::vector<int32_t> part_off(static_cast<size_t>(m), 0), items, brows, split_items;
   int64_t slots = 0;
+  auto row_splits = [&](int r) {
+    return pos[static_cast<size_t>(r)] / kSplit - first[static_cast<size_t>(r)] / kSplit + 1;
+  };
   for (int g = ng - 1; g >= 0; --g) {
     const int r0 = grp[static_cast<size_t>(g)], r1 = grp[static_cast<size_t>(g) + 1];
-    const int n_last = pos[static_cast<size_t>(r1 - 1)] - first[static_cast<size_t>(r1 - 1)] + 1;
-    const int splits = (n_last + kSplit - 1) / kSplit;
+    const int s_lo = first[static_cast<size_t>(r0)] / kSplit, s_hi = pos[static_cast<size_t>(r1 - 1)] / kSplit;
     int64_t need = 0;
-    for (int r = r0; r < r1; ++r)
-      need += (pos[static_cast<size_t>(r)] - first[static_cast<size_t>(r)] + kSplit) / kSplit;
-    const bool split_mode = splits > 1 && (few || (r1 - r0) * 4 <= rmax) &&
+    for (int r = r0; r < r1; ++r) need += row_splits(r);
+    const bool split_mode = s_hi > s_lo && (few || (r1 - r0) * 4 <= rmax) &&
                             static_cast<uint64_t>(slots + need) * slot_bytes <= kMaxPartialBytes;
     if (!split_mode) {
       items.insert(items.end(), {g, -1});
@@ -480,10 +505,10 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     }
     for (int r = r0; r < r1; ++r) {
       part_off[static_cast<size_t>(r)] = static_cast<int32_t>(slots);
-      slots += (pos[static_cast<size_t>(r)] - first[static_cast<size_t>(r)] + kSplit) / kSplit;
+      slots += row_splits(r);
       brows.push_back(r);
     }
-    for (int s = 0; s < splits; ++s) split_items.insert(split_items.end(), {g, s});
+    for (int s = s_lo; s <= s_hi; ++s) split_items.insert(split_items.end(), {g, s});
   }
   items.insert(items.end(), split_items.begin(), split_items.end());
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
@@ -507,15 +532,17 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   AttnArgs a{q.data, out.data, kv.k_layer(layer), kv.v_layer(layer), d_meta + at[0],
              d_meta + at[1], d_meta + at[2], d_meta + at[3], d_meta + at[4], d_meta + at[5],
              d_meta + at[7], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
-             p.n_heads, group, hd, hd_pad, hpb, stage, width, p.scale, p.softcap};
+             p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap};
   const unsigned n_items = static_cast<unsigned>(items.size() / 2);
-  const size_t smem = attention_smem(nc, hd_pad, stage);
-  switch (nc) {
-    case 1: launch_attention<1>(a, n_items, static_cast<unsigned>(yblocks), smem); break;
-    case 2: launch_attention<2>(a, n_items, static_cast<unsigned>(yblocks), smem); break;
-    case 3: launch_attention<3>(a, n_items, static_cast<unsigned>(yblocks), smem); break;
-    default: launch_attention<4>(a, n_items, static_cast<unsigned>(yblocks), smem); break;
-  }
+  const unsigned yb = static_cast<unsigned>(yblocks);
+  const size_t smem = attention_smem(mt, hd_pad);
+  if (nc == 1 && mt == 1) launch_attention<1, 1>(a, n_items, yb, smem);
+  else if (nc == 1 && mt == 2) launch_attention<1, 2>(a, n_items, yb, smem);
+  else if (nc == 1) launch_attention<1, 4>(a, n_items, yb, smem);
+  else if (nc == 2 && mt == 1) launch_attention<2, 1>(a, n_items, yb, smem);
+  else if (nc == 2) launch_attention<2, 2>(a, n_items, yb, smem);
+  else if (nc == 3) launch_attention<3, 1>(a, n_items, yb, smem);
+  else launch_attention<4, 1>(a, n_items, yb, smem);
   check_launch("attention");
   if (!brows.empty()) {
     attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads),
