@@ -7,21 +7,26 @@
 // big*small, then big*big to its f32 accumulator (mma m16n8k8). Within split s:
 // score_j = that product over dims in steps of 8 in order (dims past head_dim are 0), times
 // scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
-// scores; p_j = expf(score_j - m_s), 0 where masked; l_s = butterfly warp_sum over lanes L of
-// (p_L + p_{L+32}); acc_s[d] = the product of p and v over the split's 64 keys in steps of 8,
-// from 0. Splits are folded in split order from the row's first:
+// scores; p_j = expf(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7
+// in order, (p_{8n+2t} + p_{8n+2t+1}), then the quad's xor butterfly (1, then 2) adds the four;
+// acc_s[d] = the product of p and v over key steps n = 0..7 in order (keys 8n + 2t and
+// 8n + 2t + 1 in A slots t and t + 4), from 0. Splits are folded in split order from the row's first:
 // m' = max(m, m_s), a = expf(m - m'), b = expf(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
 // out = acc / l + 0. An element of an mma product depends only on its own row and column, and a
 // masked key adds an exact zero, so the bits depend only on the row's q, keys, values and
 // range, never on the batch, grouping or pages. The fold runs inside one block (whole mode) or,
 // split by split, in parallel blocks whose partials a merge kernel folds (split mode); both run
 // the same operations. Blocks share each staged K/V tile among up to 64 (row, head) pairs:
-// consecutive rows of one sequence and the heads of one GQA group.
+// consecutive rows of one sequence and the heads of one GQA group. Whole-mode blocks of head
+// dims up to 128 run the flash kernel (cuda_attention_flash.cu), the others the tile kernel here.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.cuh"
 
@@ -29,11 +34,10 @@ namespace tf::cuda {
 
 namespace {
 
-constexpr int kSplit = 64;       // keys per split, on the absolute position grid
-constexpr int kChunk = 128;      // head dims staged per pass
-constexpr int kKs = kChunk + 4;  // K row stride, 4 mod 32: QK^T B fragments hit 32 banks
-constexpr int kVs = kChunk + 8;  // V row stride, 8 mod 32: PV B fragments hit 32 banks
-constexpr int kPs = kSplit + 4;  // score row stride, 4 mod 32: PV A fragments hit 32 banks
+using namespace attn;
+using AttnArgs = attn::Args;
+
+constexpr int kPs = kSplit + 8;  // score row stride, 8 mod 32: float2 reads hit 32 banks a half-warp
 constexpr int kThreads = 256;    // 8 warps
 constexpr int kMaxHeadDim = 512;
 constexpr uint64_t kMaxPartialBytes = 256ull << 20;
@@ -47,66 +51,8 @@ __global__ void kv_store_kernel(float* k_layer, float* v_layer, const float* k, 
   v_layer[dst_row[r] * width + c] = v[i];
 }
 
-struct AttnArgs {
-  const float* q;
-  float* out;
-  const float* k;  // layer base, [pages][page_size][kv_width]
-  const float* v;
-  const int32_t* row_pos;
-  const int32_t* row_first;
-  const int32_t* row_pages;  // offset of each row's page list in pages
-  const int32_t* part_off;   // split-mode rows: partial slot of the row's first split
-  const int32_t* grp;        // [groups + 1] first row of each group
-  const int32_t* items;      // per block x: group, split (-1: every split, whole mode)
-  const int32_t* pages;
-  float* part_ml;   // [slot][head] (m, l)
-  float* part_acc;  // [slot][head][head_dim]
-  int page_size, kv_width, n_heads, group, head_dim;
-  int hd_pad;    // head_dim rounded up to 8
-  int q_stride;  // staged q row stride: 4 mod 32
-  int hpb;       // heads per block (a divisor of group)
-  int64_t ldq;
-  float scale, softcap;
-};
-
 // Query row stride in shared memory for dims rounded to hd_pad: 4 mod 32.
 constexpr int q_stride_for(int hd_pad) { return (hd_pad + 31) / 32 * 32 + 4; }
-
-// The fold of one split into the running state; the merge kernel runs the same operations.
-__device__ __forceinline__ float fold(float acc, float a, float acc_s, float b) {
-  return __fadd_rn(__fmul_rn(acc, a), __fmul_rn(acc_s, b));
-}
-
-__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(__fsub_rn(x, __uint_as_float(big))));
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// One k8 step of the rule's product: small*big, big*small, then big*big.
-__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ab)[4], const uint32_t (&as)[4],
-                                     const uint32_t (&bb)[2], const uint32_t (&bs)[2]) {
-  mma_tf32(d, as, bb);
-  mma_tf32(d, ab, bs);
-  mma_tf32(d, ab, bb);
-}
-
-// A fragment (16 x 8, row major) at src with row stride ld, split into big and small.
-__device__ __forceinline__ void load_a(const float* src, int ld, int lane, uint32_t (&ab)[4],
-                                       uint32_t (&as)[4]) {
-  const float* p = src + (lane >> 2) * ld + (lane & 3);
-  split_tf32(p[0], ab[0], as[0]);
-  split_tf32(p[8 * ld], ab[1], as[1]);
-  split_tf32(p[4], ab[2], as[2]);
-  split_tf32(p[8 * ld + 4], ab[3], as[3]);
-}
 
 // Stages dims [dim0, dim0 + cw) of split positions [base, base + 64) of the kv head at column
 // head_off into dst (rows of stride floats); positions outside [lo, hi] and dims past head_dim
@@ -136,11 +82,6 @@ __device__ __forceinline__ void stage_split(float* dst, int stride, const float*
   }
 }
 
-// Partial slot of (row, head) for absolute split s.
-__device__ __forceinline__ int64_t part_slot(const AttnArgs& a, int row, int head, int s) {
-  return (static_cast<int64_t>(a.part_off[row]) + s - a.row_first[row] / kSplit) * a.n_heads + head;
-}
-
 // One block: a group of consecutive rows of one sequence x hpb heads of one kv head (16 * MT
 // pairs at most), over one split (items[1] >= 0: writes partials) or every split of the group
 // folded in order (items[1] < 0). Scores: warp w owns keys 8w..8w+7 of every m tile. PV: warp
@@ -148,11 +89,11 @@ __device__ __forceinline__ int64_t part_slot(const AttnArgs& a, int row, int hea
 template <int NC, int MT>
 __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   extern __shared__ float4 sh4[];
-  constexpr int kPairs = 16 * MT, kPW = kPairs / 8, kJ = (MT * NC * kChunk / 8 + 7) / 8;
+  constexpr int kPairs = 16 * MT, kJ = (MT * NC * kChunk / 8 + 7) / 8;
   const int hd = a.head_dim, hdp = a.hd_pad, qst = a.q_stride;
   float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][qst]
-  float* kvs = qs + kPairs * qst;             // [kSplit][kKs or kVs]
-  float* ps = kvs + kSplit * kVs;             // [kPairs][kPs]: scores, then weights
+  float* kvs = qs + kPairs * qst;             // [kSplit][kKs or kKs]
+  float* ps = kvs + kSplit * kKs;             // [kPairs][kPs]: scores, then weights
   float* st = ps + kPairs * kPs;              // [kPairs][6]: a, b, l, mode, m, started
   int* rng = reinterpret_cast<int*>(st + 6 * kPairs);  // [kPairs][2]: first, pos (-1: padding)
   const int g = a.items[2 * blockIdx.x], split = a.items[2 * blockIdx.x + 1];
@@ -199,12 +140,15 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
         const float* kr = kvs + (8 * warp + gq) * kKs + kk + tq;
         split_tf32(kr[0], bb[0], bs[0]);
         split_tf32(kr[4], bb[1], bs[1]);
+        uint32_t ab[MT][4], as[MT][4];
 #pragma unroll
-        for (int t = 0; t < MT; ++t) {
-          uint32_t ab[4], as[4];
-          load_a(qs + 16 * t * qst + d0 + kk, qst, lane, ab, as);
-          mma3(sc[t], ab, as, bb, bs);
-        }
+        for (int t = 0; t < MT; ++t) load_a(qs + 16 * t * qst + d0 + kk, qst, lane, ab[t], as[t]);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) mma_tf32(sc[t], as[t], bb);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) mma_tf32(sc[t], ab[t], bs);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) mma_tf32(sc[t], ab[t], bb);
       }
     }
 #pragma unroll
@@ -213,27 +157,23 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       pr[0] = sc[t][0], pr[1] = sc[t][1], pr[8 * kPs] = sc[t][2], pr[8 * kPs + 1] = sc[t][3];
     }
     __syncthreads();
-    // Split softmax per pair over its keys in this split; masked and padding weights are 0.
-#pragma unroll
-    for (int i = 0; i < kPW; ++i) {
-      const int p = warp + 8 * i;
+    // Split softmax: a quad of lanes per pair, eight pairs a warp; masked and padding weights 0.
+    for (int p0 = 8 * warp; p0 < kPairs; p0 += 64) {
+      const int p = p0 + lane / 4;
       const int klo = max(rng[2 * p], base) - base, khi = min(rng[2 * p + 1], base + kSplit - 1) - base;
       const bool on = klo <= khi;
-      float* pr = ps + p * kPs;
-      const bool v0 = on && lane >= klo && lane <= khi, v1 = on && lane + 32 >= klo && lane + 32 <= khi;
-      float x0 = -INFINITY, x1 = -INFINITY;
-      if (v0) x0 = __fmul_rn(pr[lane], a.scale);
-      if (v1) x1 = __fmul_rn(pr[lane + 32], a.scale);
-      if (a.softcap > 0.0f) {
-        if (v0) x0 = __fmul_rn(a.softcap, tanhf(__fdiv_rn(x0, a.softcap)));
-        if (v1) x1 = __fmul_rn(a.softcap, tanhf(__fdiv_rn(x1, a.softcap)));
+      float* pr = ps + p * kPs + 2 * tq;
+      float x[8][2];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const float2 v = *reinterpret_cast<const float2*>(pr + 8 * n);
+        x[n][0] = v.x, x[n][1] = v.y;
       }
-      const float mx = warp_max(fmaxf(x0, x1));
-      const float p0 = v0 ? expf(__fsub_rn(x0, mx)) : 0.0f;
-      const float p1 = v1 ? expf(__fsub_rn(x1, mx)) : 0.0f;
-      const float lsum = warp_sum(__fadd_rn(p0, p1));
-      pr[lane] = p0, pr[lane + 32] = p1;
-      if (lane != 0) continue;
+      float mx, lsum;
+      split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) *reinterpret_cast<float2*>(pr + 8 * n) = make_float2(x[n][0], x[n][1]);
+      if (tq != 0) continue;
       float* sp = st + 6 * p;
       sp[3] = on ? (split < 0 && sp[5] != 0.0f ? 2.0f : 1.0f) : 0.0f;
       if (!on) continue;
@@ -260,20 +200,24 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
       if (cw <= 0) break;
       __syncthreads();
-      stage_split(kvs, kVs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
+      stage_split(kvs, kKs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < kSplit; kk += 8) {
+        // A slots t and t + 4 take keys kk + 2t and kk + 2t + 1, as the flash kernel's registers.
         uint32_t ab[4], as[4];
-        load_a(ps + 16 * pv_mt * kPs + kk, kPs, lane, ab, as);
+        const float* pa = ps + (16 * pv_mt + gq) * kPs + kk + 2 * tq;
+        const float2 w0 = *reinterpret_cast<const float2*>(pa);
+        const float2 w1 = *reinterpret_cast<const float2*>(pa + 8 * kPs);
+        split_a(w0.x, w1.x, w0.y, w1.y, ab, as);
 #pragma unroll
         for (int j = 0; j < kJ; ++j) {
           const int nt = (warp + 8 * j) / MT, dn = 8 * nt - d0;
           if (nt >= ntiles || dn < 0 || dn >= cw) continue;
           uint32_t bb[2], bs[2];
-          const float* vr = kvs + (kk + tq) * kVs + dn + gq;
+          const float* vr = kvs + (kk + 2 * tq) * kKs + dn + gq;
           split_tf32(vr[0], bb[0], bs[0]);
-          split_tf32(vr[4 * kVs], bb[1], bs[1]);
+          split_tf32(vr[kKs], bb[1], bs[1]);
           mma3(as_[j], ab, as, bb, bs);
         }
       }
@@ -371,8 +315,17 @@ constexpr int pairs_per_block(int nc) { return nc == 1 ? 64 : nc == 2 ? 32 : 16;
 
 size_t attention_smem(int mt, int hd_pad) {
   const size_t pairs = 16 * static_cast<size_t>(mt);
-  return (pairs * q_stride_for(hd_pad) + static_cast<size_t>(kSplit) * kVs + pairs * kPs + pairs * 8) *
+  return (pairs * q_stride_for(hd_pad) + static_cast<size_t>(kSplit) * kKs + pairs * kPs + pairs * 8) *
          sizeof(float);
+}
+
+// TF_CUDA_FLASH=0 sends whole-mode groups to the tile kernel, for timing.
+bool flash_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FLASH");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
 }
 
 template <int NC, int MT>
@@ -467,27 +420,24 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   }
   // Groups: runs of consecutive positions of one sequence, up to rmax rows.
   std::vector<int32_t> grp{0};
-  int most_rows = 1;
   for (int r = 1; r < m; ++r) {
     const size_t i = static_cast<size_t>(r);
-    const int32_t g0 = grp.back();
-    if (rows.seq[i] == rows.seq[i - 1] && pos[i] == pos[i - 1] + 1 && r - g0 < rmax)
-      most_rows = std::max(most_rows, r - g0 + 1);
-    else
-      grp.push_back(r);
+    if (rows.seq[i] != rows.seq[i - 1] || pos[i] != pos[i - 1] + 1 || r - grp.back() >= rmax) grp.push_back(r);
   }
   grp.push_back(m);
   const int ng = static_cast<int>(grp.size()) - 1;
-  const int mt = most_rows * hpb <= 16 ? 1 : most_rows * hpb <= 32 ? 2 : 4;
-  // Split mode (one block per split, then a merge) for groups of few rows or when whole-mode
-  // blocks would not fill the device; the bits are the same in either mode.
+  const bool flash = flash_takes(hd) && flash_on();
+  int most_rows = 1;  // rows of the largest group the tile kernel takes
+  // Split mode (one block per split, then a merge) for groups of few rows, or when tile-kernel
+  // blocks would not fill the device; groups of more than one m tile of pairs go whole to the
+  // flash kernel where it applies. The bits are the same in every mode.
   int sms = 0;
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
                 "attention: multiprocessor count");
   const int yblocks = p.n_heads / hpb;
   const bool few = static_cast<int64_t>(ng) * yblocks < 2 * static_cast<int64_t>(sms);
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
-  std::vector<int32_t> part_off(static_cast<size_t>(m), 0), items, brows, split_items;
+  std::vector<int32_t> part_off(static_cast<size_t>(m), 0), items, brows, split_items, flash_items;
   int64_t slots = 0;
   auto row_splits = [&](int r) {
     return pos[static_cast<size_t>(r)] / kSplit - first[static_cast<size_t>(r)] / kSplit + 1;
@@ -497,12 +447,19 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     const int s_lo = first[static_cast<size_t>(r0)] / kSplit, s_hi = pos[static_cast<size_t>(r1 - 1)] / kSplit;
     int64_t need = 0;
     for (int r = r0; r < r1; ++r) need += row_splits(r);
-    const bool split_mode = s_hi > s_lo && (few || (r1 - r0) * 4 <= rmax) &&
+    const bool to_flash = flash && (r1 - r0) * hpb > 16;
+    const bool split_mode = s_hi > s_lo && ((few && !to_flash) || (r1 - r0) * 4 <= rmax) &&
                             static_cast<uint64_t>(slots + need) * slot_bytes <= kMaxPartialBytes;
-    if (!split_mode) {
-      items.insert(items.end(), {g, -1});
+    if (!split_mode && to_flash) {
+      flash_items.insert(flash_items.end(), {g, -1});
       continue;
     }
+    if (!split_mode) {
+      items.insert(items.end(), {g, -1});
+      most_rows = std::max(most_rows, r1 - r0);
+      continue;
+    }
+    most_rows = std::max(most_rows, r1 - r0);
     for (int r = r0; r < r1; ++r) {
       part_off[static_cast<size_t>(r)] = static_cast<int32_t>(slots);
       slots += row_splits(r);
@@ -510,6 +467,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     }
     for (int s = s_lo; s <= s_hi; ++s) split_items.insert(split_items.end(), {g, s});
   }
+  const auto n_flash = static_cast<unsigned>(flash_items.size() / 2);
+  items.insert(items.begin(), flash_items.begin(), flash_items.end());
   items.insert(items.end(), split_items.begin(), split_items.end());
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
   std::vector<int32_t> meta;
@@ -533,16 +492,25 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
              d_meta + at[1], d_meta + at[2], d_meta + at[3], d_meta + at[4], d_meta + at[5],
              d_meta + at[7], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
              p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap};
-  const unsigned n_items = static_cast<unsigned>(items.size() / 2);
-  const unsigned yb = static_cast<unsigned>(yblocks);
-  const size_t smem = attention_smem(mt, hd_pad);
-  if (nc == 1 && mt == 1) launch_attention<1, 1>(a, n_items, yb, smem);
-  else if (nc == 1 && mt == 2) launch_attention<1, 2>(a, n_items, yb, smem);
-  else if (nc == 1) launch_attention<1, 4>(a, n_items, yb, smem);
-  else if (nc == 2 && mt == 1) launch_attention<2, 1>(a, n_items, yb, smem);
-  else if (nc == 2) launch_attention<2, 2>(a, n_items, yb, smem);
-  else if (nc == 3) launch_attention<3, 1>(a, n_items, yb, smem);
-  else launch_attention<4, 1>(a, n_items, yb, smem);
+  // The flash kernel's groups come first in items, then the tile kernel's.
+  const auto n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
+  const auto yb = static_cast<unsigned>(yblocks);
+  const int mt = most_rows * hpb <= 16 ? 1 : most_rows * hpb <= 32 ? 2 : 4;
+  if (n_flash > 0) {
+    launch_flash(a, n_flash, yb);
+    check_launch("attention");
+    a.items += 2 * n_flash;
+  }
+  if (n_items > 0) {
+    const size_t smem = attention_smem(mt, hd_pad);
+    if (nc == 1 && mt == 1) launch_attention<1, 1>(a, n_items, yb, smem);
+    else if (nc == 1 && mt == 2) launch_attention<1, 2>(a, n_items, yb, smem);
+    else if (nc == 1) launch_attention<1, 4>(a, n_items, yb, smem);
+    else if (nc == 2 && mt == 1) launch_attention<2, 1>(a, n_items, yb, smem);
+    else if (nc == 2) launch_attention<2, 2>(a, n_items, yb, smem);
+    else if (nc == 3) launch_attention<3, 1>(a, n_items, yb, smem);
+    else launch_attention<4, 1>(a, n_items, yb, smem);
+  }
   check_launch("attention");
   if (!brows.empty()) {
     attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads),

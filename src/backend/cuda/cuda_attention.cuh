@@ -1,0 +1,139 @@
+// What the two attention kernels share: their arguments and the arithmetic of the order rule
+// written at the top of cuda_attention.cu, so that a split computed by either gives the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda::attn {
+
+constexpr int kSplit = 64;       // keys per split, on the absolute position grid
+constexpr int kChunk = 128;      // head dims staged per pass
+constexpr int kKs = kChunk + 4;  // K and V row stride, 4 mod 32: B fragments hit 32 banks
+
+struct Args {
+  const float* q;
+  float* out;
+  const float* k;  // layer base, [pages][page_size][kv_width]
+  const float* v;
+  const int32_t* row_pos;
+  const int32_t* row_first;
+  const int32_t* row_pages;  // offset of each row's page list in pages
+  const int32_t* part_off;   // split-mode rows: partial slot of the row's first split
+  const int32_t* grp;        // [groups + 1] first row of each group
+  const int32_t* items;      // per block x: group, split (-1: every split, whole mode)
+  const int32_t* pages;
+  float* part_ml;   // [slot][head] (m, l)
+  float* part_acc;  // [slot][head][head_dim]
+  int page_size, kv_width, n_heads, group, head_dim;
+  int hd_pad;    // head_dim rounded up to 8
+  int q_stride;  // staged q row stride: 4 mod 32
+  int hpb;       // heads per block (a divisor of group)
+  int64_t ldq;
+  float scale, softcap;
+};
+
+// The fold of one split into the running state; the merge kernel runs the same operations.
+__device__ __forceinline__ float fold(float acc, float a, float acc_s, float b) {
+  return __fadd_rn(__fmul_rn(acc, a), __fmul_rn(acc_s, b));
+}
+
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(__fsub_rn(x, __uint_as_float(big))));
+}
+
+// Not volatile: the compiler may interleave independent accumulators' chains.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One k8 step of the rule's product: small*big, big*small, then big*big.
+__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ab)[4], const uint32_t (&as)[4],
+                                     const uint32_t (&bb)[2], const uint32_t (&bs)[2]) {
+  mma_tf32(d, as, bb);
+  mma_tf32(d, ab, bs);
+  mma_tf32(d, ab, bb);
+}
+
+// mma3 for N accumulators sharing A, issued term by term so that no mma waits on the one before.
+template <int N>
+__device__ __forceinline__ void mma3_shared_a(float (&d)[N][4], const uint32_t (&ab)[4],
+                                              const uint32_t (&as)[4], const uint32_t (&bb)[N][2],
+                                              const uint32_t (&bs)[N][2]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma_tf32(d[i], as, bb[i]);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma_tf32(d[i], ab, bs[i]);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma_tf32(d[i], ab, bb[i]);
+}
+
+// Splits the four A values of a fragment (rows g, g + 8 at slots t, t + 4) into big and small.
+__device__ __forceinline__ void split_a(float x0, float x1, float x2, float x3, uint32_t (&ab)[4],
+                                        uint32_t (&as)[4]) {
+  split_tf32(x0, ab[0], as[0]);
+  split_tf32(x1, ab[1], as[1]);
+  split_tf32(x2, ab[2], as[2]);
+  split_tf32(x3, ab[3], as[3]);
+}
+
+// A fragment (16 x 8, row major) at src with row stride ld, split into big and small.
+__device__ __forceinline__ void load_a(const float* src, int ld, int lane, uint32_t (&ab)[4],
+                                       uint32_t (&as)[4]) {
+  const float* p = src + (lane >> 2) * ld + (lane & 3);
+  split_tf32(p[0], ab[0], as[0]);
+  split_tf32(p[8 * ld], ab[1], as[1]);
+  split_tf32(p[4], ab[2], as[2]);
+  split_tf32(p[8 * ld + 4], ab[3], as[3]);
+}
+
+// The split softmax of one (row, head) whose 64 scores sit four lanes to a quad: lane t holds
+// keys 8n + 2t + e as x[n][e]. Keys outside [klo, khi] (split-relative) are masked. Returns the
+// split's max (-inf when no key is in range) and exp-sum; x becomes the weights (0 where masked).
+__device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
+                                              float softcap, float& mx, float& lsum) {
+  mx = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = 8 * n + 2 * t + e;
+      float y = -INFINITY;
+      if (key >= klo && key <= khi) {
+        y = __fmul_rn(x[n][e], scale);
+        if (softcap > 0.0f) y = __fmul_rn(softcap, tanhf(__fdiv_rn(y, softcap)));
+      }
+      x[n][e] = y;
+      mx = fmaxf(mx, y);
+    }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  float sum = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) x[n][e] = x[n][e] == -INFINITY ? 0.0f : expf(__fsub_rn(x[n][e], mx));
+    const float pair = __fadd_rn(x[n][0], x[n][1]);
+    sum = n == 0 ? pair : __fadd_rn(sum, pair);
+  }
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+  lsum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+}
+
+// Partial slot of (row, head) for absolute split s.
+__device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, int s) {
+  return (static_cast<int64_t>(a.part_off[row]) + s - a.row_first[row] / kSplit) * a.n_heads + head;
+}
+
+// Whole-mode blocks of up to 64 pairs with head_dim a multiple of 4, at most kChunk: each warp
+// keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
+constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
+void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
+
+}  // namespace tf::cuda::attn

@@ -1,0 +1,198 @@
+// Whole-mode attention for head dims up to 128: a block of four warps holds up to 64 (row, head)
+// pairs, each warp 16 of them with their scores, weights and running sums in registers, while
+// the block streams each split's K and V tiles through shared memory by cp.async (the next tile
+// loads during this one's products). The arithmetic is the order rule of cuda_attention.cu, run
+// through the same helpers (cuda_attention.cuh) as the tile kernel, so the bits are the same.
+#include <atomic>
+
+#include "backend/cuda/cuda_attention.cuh"
+#include "backend/cuda/cuda_backend.h"
+
+namespace tf::cuda::attn {
+
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kPairs = 16 * kWarps;
+constexpr size_t kSmem = (static_cast<size_t>(kPairs + 2 * kSplit) * kKs) * sizeof(float) +
+                         2 * kSplit * sizeof(int64_t);
+
+__global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][kKs]
+  float* ks = qs + kPairs * kKs;              // [kSplit][kKs]
+  float* vs = ks + kSplit * kKs;              // [kSplit][kKs]
+  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
+  const int g = a.items[2 * blockIdx.x];
+  const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
+  const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
+  const int P = nrows * a.hpb, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
+  const int32_t lo = a.row_first[r0], hi = a.row_pos[r0 + nrows - 1];
+  const int s0 = lo / kSplit, s1 = hi / kSplit;
+  const int32_t* pt = a.pages + a.row_pages[r0];
+  const int64_t head_off = static_cast<int64_t>(kvh) * hd;
+  auto fill_slots = [&](int s, int buf) {
+    for (int j = threadIdx.x; j < kSplit; j += kThreads) {
+      const int32_t pk = s * kSplit + j;
+      kslot[buf * kSplit + j] =
+          pk >= lo && pk <= hi
+              ? (static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width + head_off
+              : -1;
+    }
+  };
+  auto stage = [&](float* dst, const float* src, int buf) {
+    for (int e = threadIdx.x; e < kSplit * c4; e += kThreads) {
+      const int key = e / c4, d = 4 * (e % c4);
+      const int64_t off = kslot[buf * kSplit + key];
+      const bool ok = off >= 0 && d < hd;
+      cp_async16(dst + key * kKs + d, src + (ok ? off + d : 0), ok);
+    }
+    cp_async_commit();
+  };
+  fill_slots(s0, 0);
+  for (int e = threadIdx.x; e < kPairs * hdp; e += kThreads) {
+    const int p = e / hdp, d = e % hdp;
+    float x = 0.0f;
+    if (p < P && d < hd)
+      x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
+    qs[p * kKs + d] = x;
+  }
+  // This thread's two pairs: rows gq and gq + 8 of the warp's m tile.
+  int pfirst[2], ppos[2];
+  float m[2], l[2];
+  bool started[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h, row = r0 + (p < P ? p / a.hpb : 0);
+    pfirst[h] = a.row_first[row];
+    ppos[h] = p < P ? a.row_pos[row] : -1;
+    m[h] = l[h] = 0.0f;
+    started[h] = false;
+  }
+  const bool busy = 16 * warp < P;
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  __syncthreads();
+  stage(ks, a.k, 0);
+  for (int s = s0; s <= s1; ++s) {
+    const int buf = (s - s0) & 1, base = s * kSplit;
+    stage(vs, a.v, buf);
+    if (s < s1) fill_slots(s + 1, buf ^ 1);
+    cp_async_wait<1>();
+    __syncthreads();
+    float sc[8][4];
+    int mode[2] = {0, 0};
+    float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
+    if (busy) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll 2
+      for (int kk = 0; kk < hdp; kk += 8) {
+        uint32_t ab[4], as[4];
+        load_a(qs + 16 * warp * kKs + kk, kKs, lane, ab, as);
+#pragma unroll
+        for (int n4 = 0; n4 < 8; n4 += 4) {
+          uint32_t bb[4][2], bs[4][2];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float* kr = ks + (8 * (n4 + i) + gq) * kKs + kk + tq;
+            split_tf32(kr[0], bb[i][0], bs[i][0]);
+            split_tf32(kr[4], bb[i][1], bs[i][1]);
+          }
+          mma3_shared_a(*reinterpret_cast<float(*)[4][4]>(&sc[n4]), ab, as, bb, bs);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int klo = max(pfirst[h], base) - base, khi = min(ppos[h], base + kSplit - 1) - base;
+        float x[8][2];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
+        float mx, lsum;
+        split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
+        if (klo > khi) continue;
+        if (!started[h]) {
+          m[h] = mx, l[h] = lsum, started[h] = true, mode[h] = 1;
+        } else {
+          const float mn = fmaxf(m[h], mx);
+          fa[h] = expf(__fsub_rn(m[h], mn));
+          fb[h] = expf(__fsub_rn(mx, mn));
+          l[h] = fold(l[h], fa[h], lsum, fb[h]);
+          m[h] = mn, mode[h] = 2;
+        }
+      }
+    }
+    __syncthreads();
+    if (s < s1) stage(ks, a.k, buf ^ 1);
+    if (s < s1) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    if (busy) {
+      // acc_s per half of the dim tiles; A slots t and t + 4 take keys 8n + 2t and 8n + 2t + 1.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float os[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          uint32_t ab[4], as[4];
+          split_a(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+#pragma unroll
+          for (int j4 = 0; j4 < 8; j4 += 4) {
+            if (8 * (8 * half + j4) >= hdp) break;
+            uint32_t bb[4][2], bs[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float* vr = vs + (8 * n + 2 * tq) * kKs + 8 * (8 * half + j4 + i) + gq;
+              split_tf32(vr[0], bb[i][0], bs[i][0]);
+              split_tf32(vr[kKs], bb[i][1], bs[i][1]);
+            }
+            mma3_shared_a(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            float& acc = o[8 * half + j][e];
+            if (mode[h] == 1) acc = os[j][e];
+            else if (mode[h] == 2) acc = fold(acc, fa[h], os[j][e], fb[h]);
+          }
+      }
+    }
+    __syncthreads();
+  }
+  if (!busy) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h;
+    if (p >= P) continue;
+    float* orow = a.out + static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int d = 8 * j + 2 * tq;
+      if (d < hd) orow[d] = __fadd_rn(__fdiv_rn(o[j][2 * h], l[h]), 0.0f);
+      if (d + 1 < hd) orow[d + 1] = __fadd_rn(__fdiv_rn(o[j][2 * h + 1], l[h]), 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
+  static std::atomic<bool> ready{false};
+  if (!ready.load()) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmem)),
+                  "attention: shared memory of ", kSmem, " bytes");
+    ready.store(true);
+  }
+  flash_kernel<<<dim3(n_items, yblocks), kThreads, kSmem>>>(a);
+}
+
+}  // namespace tf::cuda::attn
