@@ -2,9 +2,10 @@
 //
 // Order rule (per row and head; the row's keys are positions first..pos): keys are cut into
 // splits of 64 on the absolute grid (split s holds positions 64s..64s+63); the row's splits are
-// those holding any of its keys. Products run on tensor cores in tf32: x = big + small with
-// big = tf32(x) and small = tf32(x - big), and a k8 step of a product adds small*big, then
-// big*small, then big*big to its f32 accumulator (mma m16n8k8). Within split s:
+// those holding any of its keys. Products run on tensor cores in tf32: x ~ big + small with
+// big = x cut to tf32 (low 13 mantissa bits cleared) and small = (x - big) cut the same way; a
+// k8 step of a product adds small*big, then big*small, then big*big to its f32 accumulator
+// (mma m16n8k8). Within split s:
 // score_j = that product over dims in steps of 8 in order (dims past head_dim are 0), times
 // scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
 // scores; p_j = expf(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     if (busy) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll 2
+#pragma unroll 1
       for (int kk = 0; kk < hdp; kk += 8) {
         uint32_t ab[4], as[4];
         load_a(qs + 16 * warp * kKs + kk, kKs, lane, ab, as);
