@@ -163,8 +163,18 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
   const uint16_t* hi = split_x<false>(be, x, Kp);
   const uint16_t* lo = hi + M * Kp;
-  const bool fold = fold_slices(((M + 63) / 64) * ((y.cols + 127) / 128), sp, M, y.cols);
-  if (!fold)
+  const int64_t tiles = ((M + 63) / 64) * ((y.cols + 127) / 128);
+  const bool fold = fold_slices(tiles, sp, M, y.cols);
+  // Tiles 64 columns wide where 128-column tiles and their slices (more than one) leave SMs idle
+  // (TF_CUDA_PIPE64=0 keeps 128); the chains are the same. One slice ran slower narrow.
+  static const bool narrow_off = [] {
+    const char* e = std::getenv("TF_CUDA_PIPE64");
+    return e && std::string(e) == "0";
+  }();
+  const bool narrow = !narrow_off && !fold && sp.s > 1 && tiles * sp.s < kTargetBlocks / 4;
+  if (narrow)
+    launch<64, 64, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
+  else if (!fold)
     launch<64, 128, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
   else
     launch<64, 128, 64, 2, 4, 3, 2, false>(be, hi, lo, Kp, x, w, bias, y, sp);
