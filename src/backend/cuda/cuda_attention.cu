@@ -14,12 +14,14 @@
 // 8n + 2t + 1 in A slots t and t + 4), from 0. Splits are folded in split order from the row's first:
 // m' = max(m, m_s), a = expf(m - m'), b = expf(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
 // out = acc / l + 0. An element of an mma product depends only on its own row and column, and a
-// masked key adds an exact zero, so the bits depend only on the row's q, keys, values and
-// range, never on the batch, grouping or pages. The fold runs inside one block (whole mode) or,
-// split by split, in parallel blocks whose partials a merge kernel folds (split mode); both run
-// the same operations. Blocks share each staged K/V tile among up to 64 (row, head) pairs:
-// consecutive rows of one sequence and the heads of one GQA group. Whole-mode blocks of head
-// dims up to 128 run the flash kernel (cuda_attention_flash.cu), the others the tile kernel here.
+// masked key adds an exact zero (its weight is 0 and its value finite), so the bits depend only
+// on the row's q, keys, values and range, never on the batch, grouping or pages. (A non-finite
+// value in the pool breaks this: 0 * inf spreads NaN to the rows sharing its tile.) The fold runs
+// inside one block (whole mode) or, split by split, in parallel blocks whose partials a merge
+// kernel folds (split mode); both run the same operations. Blocks share each staged K/V tile
+// among up to 64 (row, head) pairs: consecutive rows of one sequence and the heads of one GQA
+// group. Whole-mode blocks of more than 16 pairs and head dims up to 128 run the flash kernel
+// (cuda_attention_flash.cu), the others the tile kernel here.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   constexpr int kPairs = 16 * MT, kJ = (MT * NC * kChunk / 8 + 7) / 8;
   const int hd = a.head_dim, hdp = a.hd_pad, qst = a.q_stride;
   float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][qst]
-  float* kvs = qs + kPairs * qst;             // [kSplit][kKs or kKs]
+  float* kvs = qs + kPairs * qst;             // [kSplit][kKs]: K, then V
   float* ps = kvs + kSplit * kKs;             // [kPairs][kPs]: scores, then weights
   float* st = ps + kPairs * kPs;              // [kPairs][6]: a, b, l, mode, m, started
   int* rng = reinterpret_cast<int*>(st + 6 * kPairs);  // [kPairs][2]: first, pos (-1: padding)
@@ -313,6 +315,7 @@ void check_layout(const RowLayout& rows, int64_t m, const char* op) {
 
 // Pairs a block holds for head dims of NC staged chunks: the staged q stays near 33 KB.
 constexpr int pairs_per_block(int nc) { return nc == 1 ? 64 : nc == 2 ? 32 : 16; }
+static_assert(pairs_per_block(1) == kFlashPairs, "groups sized for the tile kernel must fit the flash kernel");
 
 size_t attention_smem(int mt, int hd_pad) {
   const size_t pairs = 16 * static_cast<size_t>(mt);

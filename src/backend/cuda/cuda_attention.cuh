@@ -136,6 +136,7 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 // Whole-mode blocks of up to 64 pairs with head_dim a multiple of 4, at most kChunk: each warp
 // keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
+constexpr int kFlashPairs = 64;  // (row, head) pairs a flash block holds: 16 for each of 4 warps
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 
 }  // namespace tf::cuda::attn

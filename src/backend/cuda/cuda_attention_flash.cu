@@ -12,7 +12,7 @@ namespace tf::cuda::attn {
 
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kPairs = 16 * kWarps;
+constexpr int kWarps = kFlashPairs / 16, kThreads = 32 * kWarps, kPairs = kFlashPairs;
 constexpr size_t kSmem = (static_cast<size_t>(kPairs + 2 * kSplit) * kKs) * sizeof(float) +
                          2 * kSplit * sizeof(int64_t);
 
@@ -57,6 +57,9 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
       x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
     qs[p * kKs + d] = x;
   }
+  // V columns past hd_pad are never staged, but a group of four dim tiles may read them.
+  for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += kThreads)
+    vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
   // This thread's two pairs: rows gq and gq + 8 of the warp's m tile.
   int pfirst[2], ppos[2];
   float m[2], l[2];
