@@ -422,64 +422,22 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     }
     pgoff[i] = seq_off[s];
   }
-  // Groups: runs of consecutive positions of one sequence, up to rmax rows.
-  std::vector<int32_t> grp{0};
-  for (int r = 1; r < m; ++r) {
-    const size_t i = static_cast<size_t>(r);
-    if (rows.seq[i] != rows.seq[i - 1] || pos[i] != pos[i - 1] + 1 || r - grp.back() >= rmax) grp.push_back(r);
-  }
-  grp.push_back(m);
-  const int ng = static_cast<int>(grp.size()) - 1;
-  const bool flash = flash_takes(hd) && flash_on();
-  int most_rows = 1;  // rows of the largest group the tile kernel takes
-  // Split mode (one block per split, then a merge) for groups of few rows, or when tile-kernel
-  // blocks would not fill the device; groups of more than one m tile of pairs go whole to the
-  // flash kernel where it applies. The bits are the same in every mode.
   int sms = 0;
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
                 "attention: multiprocessor count");
   const int yblocks = p.n_heads / hpb;
-  const bool few = static_cast<int64_t>(ng) * yblocks < 2 * static_cast<int64_t>(sms);
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
-  std::vector<int32_t> part_off(static_cast<size_t>(m), 0), items, brows, split_items, flash_items;
-  int64_t slots = 0;
-  auto row_splits = [&](int r) {
-    return pos[static_cast<size_t>(r)] / kSplit - first[static_cast<size_t>(r)] / kSplit + 1;
-  };
-  for (int g = ng - 1; g >= 0; --g) {
-    const int r0 = grp[static_cast<size_t>(g)], r1 = grp[static_cast<size_t>(g) + 1];
-    const int s_lo = first[static_cast<size_t>(r0)] / kSplit, s_hi = pos[static_cast<size_t>(r1 - 1)] / kSplit;
-    int64_t need = 0;
-    for (int r = r0; r < r1; ++r) need += row_splits(r);
-    const bool to_flash = flash && (r1 - r0) * hpb > 16;
-    const bool split_mode = s_hi > s_lo && ((few && !to_flash) || (r1 - r0) * 4 <= rmax) &&
-                            static_cast<uint64_t>(slots + need) * slot_bytes <= kMaxPartialBytes;
-    if (!split_mode && to_flash) {
-      flash_items.insert(flash_items.end(), {g, -1});
-      continue;
-    }
-    if (!split_mode) {
-      items.insert(items.end(), {g, -1});
-      most_rows = std::max(most_rows, r1 - r0);
-      continue;
-    }
-    most_rows = std::max(most_rows, r1 - r0);
-    for (int r = r0; r < r1; ++r) {
-      part_off[static_cast<size_t>(r)] = static_cast<int32_t>(slots);
-      slots += row_splits(r);
-      brows.push_back(r);
-    }
-    for (int s = s_lo; s <= s_hi; ++s) split_items.insert(split_items.end(), {g, s});
-  }
-  const auto n_flash = static_cast<unsigned>(flash_items.size() / 2);
-  items.insert(items.begin(), flash_items.begin(), flash_items.end());
-  items.insert(items.end(), split_items.begin(), split_items.end());
+  const Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks,
+                                  sms, flash_takes(hd) && flash_on(), slot_bytes, kMaxPartialBytes});
+  const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
+  const int64_t slots = pl.slots;
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
   std::vector<int32_t> meta;
   meta.reserve(4 * pos.size() + grp.size() + items.size() + brows.size() + pages.size());
   size_t at[8];
   int part = 0;
-  for (const std::vector<int32_t>* v : {&pos, &first, &pgoff, &part_off, &grp, &items, &brows, &pages}) {
+  const std::vector<int32_t>* parts[] = {&pos, &first, &pgoff, &part_off, &grp, &items, &brows, &pages};
+  for (const std::vector<int32_t>* v : parts) {
     at[part++] = meta.size();
     meta.insert(meta.end(), v->begin(), v->end());
   }
@@ -497,9 +455,9 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
              d_meta + at[7], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
              p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap};
   // The flash kernel's groups come first in items, then the tile kernel's.
-  const auto n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
+  const unsigned n_flash = pl.n_flash, n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
   const auto yb = static_cast<unsigned>(yblocks);
-  const int mt = most_rows * hpb <= 16 ? 1 : most_rows * hpb <= 32 ? 2 : 4;
+  const int mt = pl.most_rows * hpb <= 16 ? 1 : pl.most_rows * hpb <= 32 ? 2 : 4;
   if (n_flash > 0) {
     launch_flash(a, n_flash, yb);
     check_launch("attention");

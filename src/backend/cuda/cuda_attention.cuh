@@ -4,12 +4,11 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/cuda_util.cuh"
 
 namespace tf::cuda::attn {
 
-constexpr int kSplit = 64;       // keys per split, on the absolute position grid
-constexpr int kChunk = 128;      // head dims staged per pass
 constexpr int kKs = kChunk + 4;  // K and V row stride, 4 mod 32: B fragments hit 32 banks
 
 struct Args {
@@ -136,7 +135,6 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 // Whole-mode blocks of up to 64 pairs with head_dim a multiple of 4, at most kChunk: each warp
 // keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
-constexpr int kFlashPairs = 64;  // (row, head) pairs a flash block holds: 16 for each of 4 warps
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 
 }  // namespace tf::cuda::attn

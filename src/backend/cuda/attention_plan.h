@@ -1,0 +1,88 @@
+#pragma once
+// How the CUDA attention groups a call's rows and hands them to its launches
+// (cuda_attention.cu): plain C++ so the CPU tests can check it. The bits never depend on the
+// plan; only which kernel computes a row, and with how many others in its block, do.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace tf::cuda::attn {
+
+constexpr int kSplit = 64;       // keys per split, on the absolute position grid
+constexpr int kChunk = 128;      // head dims staged per pass
+constexpr int kFlashPairs = 64;  // (row, head) pairs a flash block holds: 16 for each of 4 warps
+
+// The splits that hold any of the keys first..pos.
+inline int row_splits(int32_t pos, int32_t first) { return pos / kSplit - first / kSplit + 1; }
+
+struct PlanArgs {
+  const int32_t* pos;    // per row
+  const int32_t* first;  // per row: the first key it sees
+  const int32_t* seq;    // per row
+  int rows;
+  int rmax;     // rows a group may hold
+  int hpb;      // heads a block takes: a group's pairs are its rows times hpb
+  int yblocks;  // blocks per group along the heads
+  int sms;
+  bool flash;  // the flash kernel takes this head dim
+  uint64_t slot_bytes;         // bytes of one split's partials for one row
+  uint64_t max_partial_bytes;  // cap on all partials
+};
+
+struct Plan {
+  std::vector<int32_t> grp;       // [groups + 1] first row of each group
+  std::vector<int32_t> items;     // (group, split) pairs: flash groups, tile whole groups (split -1), then splits
+  std::vector<int32_t> part_off;  // split-mode rows: first partial slot
+  std::vector<int32_t> brows;     // split-mode rows, for the merge
+  unsigned n_flash = 0;           // items for the flash kernel, at the front
+  int most_rows = 1;              // rows of the largest group the tile kernel takes
+  int64_t slots = 0;              // partial slots in all
+};
+
+// Groups: runs of consecutive positions of one sequence, up to rmax rows. Split mode (a block per
+// split, then a merge) for groups of few rows, or when tile-kernel blocks would not fill the
+// device, while the partials fit; groups of more than 16 pairs go whole to the flash kernel when
+// it applies; the rest go whole to the tile kernel.
+inline Plan plan_attention(const PlanArgs& a) {
+  Plan pl;
+  const auto at = [](int r) { return static_cast<size_t>(r); };
+  pl.grp.push_back(0);
+  for (int r = 1; r < a.rows; ++r)
+    if (a.seq[at(r)] != a.seq[at(r - 1)] || a.pos[at(r)] != a.pos[at(r - 1)] + 1 || r - pl.grp.back() >= a.rmax)
+      pl.grp.push_back(r);
+  pl.grp.push_back(a.rows);
+  const int ng = static_cast<int>(pl.grp.size()) - 1;
+  const bool few = static_cast<int64_t>(ng) * a.yblocks < 2 * static_cast<int64_t>(a.sms);
+  pl.part_off.assign(at(a.rows), 0);
+  std::vector<int32_t> whole, splits;
+  for (int g = ng - 1; g >= 0; --g) {
+    const int r0 = pl.grp[at(g)], r1 = pl.grp[at(g) + 1];
+    const int s_lo = a.first[at(r0)] / kSplit, s_hi = a.pos[at(r1 - 1)] / kSplit;
+    int64_t need = 0;
+    for (int r = r0; r < r1; ++r) need += row_splits(a.pos[at(r)], a.first[at(r)]);
+    const bool to_flash = a.flash && (r1 - r0) * a.hpb > 16;
+    const bool split_mode = s_hi > s_lo && ((few && !to_flash) || (r1 - r0) * 4 <= a.rmax) &&
+                            static_cast<uint64_t>(pl.slots + need) * a.slot_bytes <= a.max_partial_bytes;
+    if (!split_mode && to_flash) {
+      pl.items.insert(pl.items.end(), {g, -1});
+      continue;
+    }
+    pl.most_rows = std::max(pl.most_rows, r1 - r0);
+    if (!split_mode) {
+      whole.insert(whole.end(), {g, -1});
+      continue;
+    }
+    for (int r = r0; r < r1; ++r) {
+      pl.part_off[at(r)] = static_cast<int32_t>(pl.slots);
+      pl.slots += row_splits(a.pos[at(r)], a.first[at(r)]);
+      pl.brows.push_back(r);
+    }
+    for (int s = s_lo; s <= s_hi; ++s) splits.insert(splits.end(), {g, s});
+  }
+  pl.n_flash = static_cast<unsigned>(pl.items.size() / 2);
+  pl.items.insert(pl.items.end(), whole.begin(), whole.end());
+  pl.items.insert(pl.items.end(), splits.begin(), splits.end());
+  return pl;
+}
+
+}  // namespace tf::cuda::attn

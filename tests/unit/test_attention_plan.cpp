@@ -1,0 +1,183 @@
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "backend/cuda/attention_plan.h"
+
+namespace tf::cuda::attn {
+
+namespace {
+
+struct Rows {
+  std::vector<int32_t> pos, first, seq;
+  void add(int s, int p0, int n, int window = 0) {
+    for (int i = 0; i < n; ++i) {
+      const int p = p0 + i;
+      pos.push_back(p), seq.push_back(s), first.push_back(window > 0 ? std::max(0, p - window + 1) : 0);
+    }
+  }
+};
+
+// Llama-3.1-8B on an H200: 32 heads over 8, 4 heads a block, 16 rows a group.
+PlanArgs llama(const Rows& r, bool flash = true, uint64_t cap = 256ull << 20) {
+  return {r.pos.data(), r.first.data(), r.seq.data(), static_cast<int>(r.pos.size()), 16, 4, 8, 132, flash,
+          32ull * 130 * 4, cap};
+}
+
+// Every property the kernels rely on, whatever the plan chose.
+void check_plan(const PlanArgs& a, const Plan& pl) {
+  ASSERT_EQ(pl.grp.front(), 0);
+  ASSERT_EQ(pl.grp.back(), a.rows);
+  const int ng = static_cast<int>(pl.grp.size()) - 1;
+  for (int g = 0; g < ng; ++g) {
+    const int r0 = pl.grp[g], r1 = pl.grp[g + 1];
+    ASSERT_LT(r0, r1);
+    ASSERT_LE(r1 - r0, a.rmax);
+    for (int r = r0 + 1; r < r1; ++r) {
+      ASSERT_EQ(a.seq[r], a.seq[r - 1]) << "a group spans sequences at row " << r;
+      ASSERT_EQ(a.pos[r], a.pos[r - 1] + 1) << "a group's positions skip at row " << r;
+    }
+    // Groups are maximal: the next row could not have joined.
+    if (r1 < a.rows && r1 - r0 < a.rmax) {
+      ASSERT_TRUE(a.seq[r1] != a.seq[r1 - 1] || a.pos[r1] != a.pos[r1 - 1] + 1);
+    }
+  }
+  // Each group appears once whole, or once per split it covers; flash items first.
+  ASSERT_EQ(pl.items.size() % 2, 0u);
+  std::map<int, std::set<int>> splits;
+  std::set<int> whole;
+  for (size_t i = 0; i < pl.items.size(); i += 2) {
+    const int g = pl.items[i], s = pl.items[i + 1];
+    ASSERT_GE(g, 0);
+    ASSERT_LT(g, ng);
+    const bool flash_item = i / 2 < pl.n_flash;
+    if (flash_item) {
+      ASSERT_EQ(s, -1);
+      ASSERT_TRUE(a.flash);
+      ASSERT_GT((pl.grp[g + 1] - pl.grp[g]) * a.hpb, 16) << "a small group went to the flash kernel";
+    }
+    if (s < 0) {
+      ASSERT_TRUE(whole.insert(g).second) << "group " << g << " twice";
+    } else {
+      ASSERT_TRUE(splits[g].insert(s).second);
+    }
+  }
+  for (const auto& [g, ss] : splits) {
+    ASSERT_FALSE(whole.count(g)) << "group " << g << " both whole and split";
+    const int r0 = pl.grp[g], r1 = pl.grp[g + 1];
+    ASSERT_EQ(*ss.begin(), a.first[r0] / kSplit);
+    ASSERT_EQ(*ss.rbegin(), a.pos[r1 - 1] / kSplit);
+    ASSERT_EQ(static_cast<int>(ss.size()), *ss.rbegin() - *ss.begin() + 1);
+  }
+  ASSERT_EQ(whole.size() + splits.size(), static_cast<size_t>(ng));
+  // Split-mode rows own disjoint partial slots, one per split they cover, within the cap.
+  std::vector<int> owner(static_cast<size_t>(pl.slots), -1);
+  std::set<int> brows(pl.brows.begin(), pl.brows.end());
+  ASSERT_EQ(brows.size(), pl.brows.size());
+  for (const auto& [g, ss] : splits)
+    for (int r = pl.grp[g]; r < pl.grp[g + 1]; ++r) {
+      ASSERT_TRUE(brows.count(r));
+      for (int k = 0; k < row_splits(a.pos[r], a.first[r]); ++k) {
+        const int slot = pl.part_off[r] + k;
+        ASSERT_LT(slot, pl.slots);
+        ASSERT_EQ(owner[slot], -1) << "slot " << slot << " shared";
+        owner[slot] = r;
+      }
+    }
+  ASSERT_LE(static_cast<uint64_t>(pl.slots) * a.slot_bytes, a.max_partial_bytes);
+  for (int o : owner) ASSERT_GE(o, 0) << "an unused slot";
+}
+
+}  // namespace
+
+TEST(AttentionPlan, RowSplitsCountTheGridSplitsOfTheKeys) {
+  EXPECT_EQ(row_splits(0, 0), 1);
+  EXPECT_EQ(row_splits(63, 0), 1);
+  EXPECT_EQ(row_splits(64, 0), 2);
+  EXPECT_EQ(row_splits(64, 64), 1);
+  EXPECT_EQ(row_splits(200, 63), 4);  // splits 0..3
+}
+
+TEST(AttentionPlan, LongPrefillGoesWholeToFlash) {
+  Rows r;
+  r.add(0, 0, 4096);
+  const PlanArgs a = llama(r);
+  const Plan pl = plan_attention(a);
+  check_plan(a, pl);
+  EXPECT_EQ(pl.grp.size(), 257u);
+  EXPECT_EQ(pl.n_flash, 256u);
+  EXPECT_EQ(pl.slots, 0);
+  // Without the flash kernel the same groups go whole to the tile kernel at full size.
+  const PlanArgs b = llama(r, false);
+  const Plan tile = plan_attention(b);
+  check_plan(b, tile);
+  EXPECT_EQ(tile.n_flash, 0u);
+  EXPECT_EQ(tile.most_rows, 16);
+}
+
+TEST(AttentionPlan, ShortPrefillStaysWholeOnFlashButSplitsOnTheTileKernel) {
+  Rows r;
+  r.add(0, 0, 512);  // 32 groups x 8 head blocks: fewer than two blocks an SM
+  const Plan flash = plan_attention(llama(r));
+  check_plan(llama(r), flash);
+  EXPECT_EQ(flash.n_flash, 32u);
+  const Plan tile = plan_attention(llama(r, false));
+  check_plan(llama(r, false), tile);
+  EXPECT_EQ(tile.n_flash, 0u);
+  EXPECT_GT(tile.slots, 0);
+}
+
+TEST(AttentionPlan, DecodeRowsSplitAndNeverReachFlash) {
+  Rows r;
+  for (int s = 0; s < 64; ++s) r.add(s, 700 + 37 * s, 1);
+  const PlanArgs a = llama(r);
+  const Plan pl = plan_attention(a);
+  check_plan(a, pl);
+  EXPECT_EQ(pl.n_flash, 0u);
+  EXPECT_EQ(pl.brows.size(), 64u);
+  EXPECT_EQ(pl.most_rows, 1);
+  // A decode row inside its first split has one split: it runs whole on the tile kernel.
+  Rows short_ctx;
+  short_ctx.add(0, 40, 1);
+  const Plan one = plan_attention(llama(short_ctx));
+  check_plan(llama(short_ctx), one);
+  EXPECT_EQ(one.n_flash, 0u);
+  EXPECT_EQ(one.items, (std::vector<int32_t>{0, -1}));
+}
+
+TEST(AttentionPlan, MixedRoundsSlidingWindowsAndTheCap) {
+  Rows r;
+  r.add(0, 0, 300, 90);   // a prefill chunk with a sliding window
+  r.add(1, 1000, 1);      // decode rows
+  r.add(2, 5, 1);
+  r.add(0, 300, 5, 90);   // the same sequence again, continuing (a new group: not adjacent rows)
+  r.add(3, 64, 20);       // a chunk starting on a split seam
+  r.add(4, 84, 2);        // another sequence whose positions continue the row before
+  r.add(3, 100, 3);       // positions that skip
+  for (bool flash : {true, false}) {
+    const PlanArgs a = llama(r, flash);
+    check_plan(a, plan_attention(a));
+  }
+  // A cap of 20 slots: the long decode row (16 splits) no longer fits and runs whole.
+  const PlanArgs capped = llama(r, true, 20 * 32ull * 130 * 4);
+  const Plan pl = plan_attention(capped);
+  check_plan(capped, pl);
+  EXPECT_GT(pl.slots, 0);
+  EXPECT_LE(pl.slots, 20);
+}
+
+TEST(AttentionPlan, GroupsFollowTheHeadsABlockTakes) {
+  Rows r;
+  r.add(0, 0, 100);
+  // MHA (one head a block): 64 rows a group; a GQA group of 8: 8 rows.
+  for (auto [hpb, rmax] : {std::pair{1, 64}, std::pair{8, 8}}) {
+    PlanArgs a = llama(r);
+    a.hpb = hpb, a.rmax = rmax, a.yblocks = 32 / hpb;
+    const Plan pl = plan_attention(a);
+    check_plan(a, pl);
+    EXPECT_EQ(pl.grp[1], rmax);
+  }
+}
+
+}  // namespace tf::cuda::attn
