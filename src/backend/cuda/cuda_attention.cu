@@ -109,13 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   const int32_t* pt = a.pages + a.row_pages[r0];
   const int64_t head_off = static_cast<int64_t>(kvh) * hd;
   const bool vec = hd % 4 == 0;
-  for (int e = threadIdx.x; e < kPairs * hdp; e += kThreads) {
-    const int p = e / hdp, d = e % hdp;
-    float x = 0.0f;
-    if (p < P && d < hd)
-      x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
-    qs[p * qst + d] = x;
-  }
+  stage_q<kThreads>(qs, qst, a, r0, h0, P, kPairs);
   for (int p = threadIdx.x; p < kPairs; p += kThreads) {
     const int row = r0 + (p < P ? p / a.hpb : 0);
     rng[2 * p] = a.row_first[row];

@@ -94,6 +94,20 @@ __device__ __forceinline__ void load_a(const float* src, int ld, int lane, uint3
   split_tf32(p[8 * ld + 4], ab[3], as[3]);
 }
 
+// Stages a block's q rows into qs (row stride ld): pair p is row r0 + p / hpb, head h0 + p % hpb;
+// dims past head_dim and pairs past P stage as 0. T: the block's threads.
+template <int T>
+__device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0, int h0, int P, int pairs) {
+  const int hd = a.head_dim, hdp = a.hd_pad;
+  for (int e = threadIdx.x; e < pairs * hdp; e += T) {
+    const int p = e / hdp, d = e % hdp;
+    float x = 0.0f;
+    if (p < P && d < hd)
+      x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
+    qs[p * ld + d] = x;
+  }
+}
+
 // The split softmax of one (row, head) whose 64 scores sit four lanes to a quad: lane t holds
 // keys 8n + 2t + e as x[n][e]. Keys outside [klo, khi] (split-relative) are masked. Returns the
 // split's max (-inf when no key is in range) and exp-sum; x becomes the weights (0 where masked).

@@ -50,13 +50,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     cp_async_commit();
   };
   fill_slots(s0, 0);
-  for (int e = threadIdx.x; e < kPairs * hdp; e += kThreads) {
-    const int p = e / hdp, d = e % hdp;
-    float x = 0.0f;
-    if (p < P && d < hd)
-      x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
-    qs[p * kKs + d] = x;
-  }
+  stage_q<kThreads>(qs, kKs, a, r0, h0, P, kPairs);
   // V columns past hd_pad are never staged, but a group of four dim tiles may read them.
   for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += kThreads)
     vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
