@@ -166,7 +166,7 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   const int64_t tiles = ((M + 63) / 64) * ((y.cols + 127) / 128);
   const bool fold = fold_slices(tiles, sp, M, y.cols);
   // Tiles 64 columns wide where 128-column tiles and their slices (more than one) leave SMs idle
-  // (TF_CUDA_PIPE64=0 keeps 128); the chains are the same. One slice ran slower narrow.
+  // (TF_CUDA_PIPE64=0 keeps 128); the chains are the same.
   static const bool narrow_off = [] {
     const char* e = std::getenv("TF_CUDA_PIPE64");
     return e && std::string(e) == "0";
