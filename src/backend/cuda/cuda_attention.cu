@@ -140,12 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
         uint32_t ab[MT][4], as[MT][4];
 #pragma unroll
         for (int t = 0; t < MT; ++t) load_a(qs + 16 * t * qst + d0 + kk, qst, lane, ab[t], as[t]);
-#pragma unroll
-        for (int t = 0; t < MT; ++t) mma_tf32(sc[t], as[t], bb);
-#pragma unroll
-        for (int t = 0; t < MT; ++t) mma_tf32(sc[t], ab[t], bs);
-#pragma unroll
-        for (int t = 0; t < MT; ++t) mma_tf32(sc[t], ab[t], bb);
+        mma3_shared_b<MT>(sc, ab, as, bb, bs);
       }
     }
 #pragma unroll
@@ -305,7 +300,6 @@ void check_layout(const RowLayout& rows, int64_t m, const char* op) {
            op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(),
            " seq ids for ", m, " rows");
 }
-
 
 // Pairs a block holds for head dims of NC staged chunks: the staged q stays near 33 KB.
 constexpr int pairs_per_block(int nc) { return nc == 1 ? 64 : nc == 2 ? 32 : 16; }

@@ -54,25 +54,48 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// One k8 step of the rule's product: small*big, big*small, then big*big.
-__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ab)[4], const uint32_t (&as)[4],
-                                     const uint32_t (&bb)[2], const uint32_t (&bs)[2]) {
-  mma_tf32(d, as, bb);
-  mma_tf32(d, ab, bs);
-  mma_tf32(d, ab, bb);
+template <class T>
+struct BigSmall {
+  const T& big;
+  const T& small;
+};
+using AFrag = uint32_t[4];
+using BFrag = uint32_t[2];
+
+// One k8 step of the rule's product for N accumulators: small*big, big*small, then big*big,
+// issued term by term so that no mma waits on the one before. a(i) and b(i) give accumulator
+// i's operands as BigSmall pairs of fragments.
+template <int N, class FA, class FB>
+__device__ __forceinline__ void mma3_each(float (&d)[N][4], FA a, FB b) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).small, b(i).big);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).big, b(i).small);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).big, b(i).big);
 }
 
-// mma3 for N accumulators sharing A, issued term by term so that no mma waits on the one before.
+// The step for one accumulator.
+__device__ __forceinline__ void mma3(float (&d)[4], const AFrag& ab, const AFrag& as, const BFrag& bb,
+                                     const BFrag& bs) {
+  mma3_each<1>(reinterpret_cast<float(&)[1][4]>(d), [&](int) { return BigSmall<AFrag>{ab, as}; },
+               [&](int) { return BigSmall<BFrag>{bb, bs}; });
+}
+
+// The step for N accumulators sharing A.
 template <int N>
-__device__ __forceinline__ void mma3_shared_a(float (&d)[N][4], const uint32_t (&ab)[4],
-                                              const uint32_t (&as)[4], const uint32_t (&bb)[N][2],
-                                              const uint32_t (&bs)[N][2]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) mma_tf32(d[i], as, bb[i]);
-#pragma unroll
-  for (int i = 0; i < N; ++i) mma_tf32(d[i], ab, bs[i]);
-#pragma unroll
-  for (int i = 0; i < N; ++i) mma_tf32(d[i], ab, bb[i]);
+__device__ __forceinline__ void mma3_shared_a(float (&d)[N][4], const AFrag& ab, const AFrag& as,
+                                              const BFrag (&bb)[N], const BFrag (&bs)[N]) {
+  mma3_each<N>(d, [&](int) { return BigSmall<AFrag>{ab, as}; },
+               [&](int i) { return BigSmall<BFrag>{bb[i], bs[i]}; });
+}
+
+// The step for N accumulators sharing B.
+template <int N>
+__device__ __forceinline__ void mma3_shared_b(float (&d)[N][4], const AFrag (&ab)[N],
+                                              const AFrag (&as)[N], const BFrag& bb, const BFrag& bs) {
+  mma3_each<N>(d, [&](int i) { return BigSmall<AFrag>{ab[i], as[i]}; },
+               [&](int) { return BigSmall<BFrag>{bb, bs}; });
 }
 
 // Splits the four A values of a fragment (rows g, g + 8 at slots t, t + 4) into big and small.
