@@ -331,7 +331,7 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
                   "attention: shared memory of ", most, " bytes");
     ready.store(true);
   }
-  attention_kernel<NC, MT><<<dim3(items, yblocks), kThreads, smem>>>(a);
+  attention_kernel<NC, MT><<<dim3(items, yblocks), kThreads, smem, stream()>>>(a);
 }
 }  // namespace
 
@@ -358,8 +358,8 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
   }
   auto* d_dst = static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
   const int64_t total = k.rows * width;
-  kv_store_kernel<<<grid_for(total, 256), 256>>>(kv.k_layer(layer), kv.v_layer(layer), k.data,
-                                                 v.data, d_dst, width, total);
+  kv_store_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(kv.k_layer(layer), kv.v_layer(layer),
+                                                              k.data, v.data, d_dst, width, total);
   check_launch("kv_store");
 }
 
@@ -464,7 +464,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   check_launch("attention");
   if (!brows.empty()) {
     attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads),
-                                  static_cast<unsigned>(brows.size())), 128>>>(a, d_meta + at[6]);
+                                  static_cast<unsigned>(brows.size())),
+                             128, 0, stream()>>>(a, d_meta + at[6]);
     check_launch("attention merge");
   }
 }

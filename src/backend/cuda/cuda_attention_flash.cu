@@ -189,7 +189,7 @@ void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
                   "attention: shared memory of ", kSmem, " bytes");
     ready.store(true);
   }
-  flash_kernel<<<dim3(n_items, yblocks), kThreads, kSmem>>>(a);
+  flash_kernel<<<dim3(n_items, yblocks), kThreads, kSmem, stream()>>>(a);
 }
 
 }  // namespace tf::cuda::attn

@@ -11,6 +11,15 @@
 
 namespace tf::cuda {
 
+cudaStream_t stream() {
+  static const cudaStream_t s = [] {
+    cudaStream_t x = nullptr;
+    TF_CUDA_CHECK(cudaStreamCreate(&x), "stream");
+    return x;
+  }();
+  return s;
+}
+
 namespace {
 
 
@@ -173,7 +182,7 @@ const void* CudaBackend::meta(const void* src, uint64_t n) {
     if (it->n == n && std::memcmp(meta_host_ + it->off, src, n) == 0) return meta_dev_ + it->off;
   if (meta_used_ + len > meta_cap_) {
     // The stream must have sent every earlier upload before their staging bytes are reused.
-    TF_CUDA_CHECK(cudaStreamSynchronize(0), "metadata upload of ", n, " bytes");
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream()), "metadata upload of ", n, " bytes");
     meta_used_ = 0;
     meta_recent_.clear();
     if (len > meta_cap_) {
@@ -196,8 +205,9 @@ const void* CudaBackend::meta(const void* src, uint64_t n) {
   meta_used_ += len;
   if (n > 0) {
     std::memcpy(meta_host_ + off, src, n);
-    TF_CUDA_CHECK(cudaMemcpyAsync(meta_dev_ + off, meta_host_ + off, n, cudaMemcpyHostToDevice, 0),
-                  "metadata upload of ", n, " bytes");
+    TF_CUDA_CHECK(
+        cudaMemcpyAsync(meta_dev_ + off, meta_host_ + off, n, cudaMemcpyHostToDevice, stream()),
+        "metadata upload of ", n, " bytes");
   }
   if (meta_recent_.size() >= 16) meta_recent_.erase(meta_recent_.begin());
   meta_recent_.push_back({off, n});

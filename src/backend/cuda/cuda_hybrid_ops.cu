@@ -76,7 +76,7 @@ void CudaBackend::activate(Act act, const Tensor& x, Tensor out) {
   const int64_t n = x.rows * x.cols;
   if (n == 0) return;
   const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
-  activate_kernel<<<grid_for(n, 256), 256>>>(a, x.data, out.data, n);
+  activate_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(a, x.data, out.data, n);
   check_launch("activate");
 }
 
@@ -86,7 +86,8 @@ void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
   check_cols(gate, y.rows, y.cols, "mul_sigmoid", "gate");
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
-  mul_sigmoid_kernel<<<grid_for(n, 256), 256>>>(y.data, y.cols, gate.at(0), gate.t.cols, n);
+  mul_sigmoid_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data, y.cols, gate.at(0),
+                                                             gate.t.cols, n);
   check_launch("mul_sigmoid");
 }
 
@@ -98,7 +99,7 @@ void CudaBackend::mul_sigmoid_rows(Tensor y, const Tensor& g) {
            "] for y [", y.rows, " x ", y.cols, "]");
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
-  mul_sigmoid_rows_kernel<<<grid_for(n, 256), 256>>>(y.data, y.cols, g.data, n);
+  mul_sigmoid_rows_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data, y.cols, g.data, n);
   check_launch("mul_sigmoid_rows");
 }
 
@@ -117,8 +118,8 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
   TF_CHECK(x.rows <= 0x7fffffff && groups <= 65535, "gated_rmsnorm: ", x.rows, " rows of ", groups,
            " groups");
   gated_rmsnorm_kernel<<<dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)),
-                         kNormThreads>>>(x.data, x.cols, z.at(0), z.t.cols, g, group, eps,
-                                         norm_first, y.data);
+                         kNormThreads, 0, stream()>>>(x.data, x.cols, z.at(0), z.t.cols, g, group,
+                                                      eps, norm_first, y.data);
   check_launch("gated_rmsnorm");
 }
 
@@ -149,8 +150,8 @@ void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias,
   if (logits.rows == 0) return;
   const uint64_t total = static_cast<uint64_t>(logits.rows * n);
   auto* d_s = reinterpret_cast<float*>(scratch(total * 4));
-  sigmoid_kernel<<<grid_for(static_cast<int64_t>(total), 256), 256>>>(logits.data, d_s,
-                                                                      static_cast<int64_t>(total));
+  sigmoid_kernel<<<grid_for(static_cast<int64_t>(total), 256), 256, 0, stream()>>>(
+      logits.data, d_s, static_cast<int64_t>(total));
   check_launch(op);
   std::vector<float> sc(total), hb;
   TF_CUDA_CHECK(cudaMemcpy(sc.data(), d_s, total * 4, cudaMemcpyDeviceToHost), op);

@@ -322,8 +322,9 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
     }
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN>
                            : skinny_matmul<WT, false, false, false, TN>;
-    kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, w.data, w.scales, bias, y.data,
-                                      y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+    kern<<<grid, kSkinnyWarps * 32, 0, stream()>>>(x.data, x.rows, x.cols, w.data, w.scales, bias,
+                                                   y.data, y.cols, vec_x, vec_w, sp, GroupedRows{},
+                                                   MultiArgs{});
   });
 }
 
@@ -367,8 +368,9 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN>
                            : skinny_matmul<WT, false, false, true, TN>;
-    kern<<<grid, kSkinnyWarps * 32>>>(x.data, x.rows, x.cols, nullptr, nullptr, nullptr, nullptr,
-                                      0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+    kern<<<grid, kSkinnyWarps * 32, 0, stream()>>>(x.data, x.rows, x.cols, nullptr, nullptr,
+                                                   nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{},
+                                                   GroupedRows{}, ma);
   });
 }
 
@@ -391,7 +393,7 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
       sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
     }
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    skinny_matmul<WT, true, true, false, TN><<<grid, kSkinnyWarps * 32>>>(
+    skinny_matmul<WT, true, true, false, TN><<<grid, kSkinnyWarps * 32, 0, stream()>>>(
         x, gr.pairs, K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
   });
 }

@@ -219,7 +219,7 @@ bool wgmma_ready() {
     int* d = nullptr;
     int h = 0;
     if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
-    wgmma_probe<<<1, 1>>>(d);
+    wgmma_probe<<<1, 1, 0, stream()>>>(d);
     const bool ok = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
     cudaFree(d);
     cudaGetLastError();  // a device without the code leaves a launch error behind

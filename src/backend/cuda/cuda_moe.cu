@@ -301,14 +301,16 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
         TF_CHECK(bw.rows == 1 && bw.cols == E && bw.f32, op, ": bias ", bw.name, " is not a vector of ", E);
         bias = bw.f32;
       }
-      moe_sigmoid_kernel<<<grid_for(m * E, 256), 256>>>(logits.data, prob, m * E);
-      moe_route_kernel<true><<<1, kRouteThreads>>>(prob, bias, nm, nE, route.n_group, route.topk_group,
-                                                  route.k, route.norm, route.scale, idx, wts, order,
-                                                  items, items + 3 * max_items);
+      moe_sigmoid_kernel<<<grid_for(m * E, 256), 256, 0, stream()>>>(logits.data, prob, m * E);
+      moe_route_kernel<true><<<1, kRouteThreads, 0, stream()>>>(
+          prob, bias, nm, nE, route.n_group, route.topk_group, route.k, route.norm, route.scale,
+          idx, wts, order, items, items + 3 * max_items);
     } else {
-      moe_softmax_kernel<<<static_cast<unsigned>(m), kRouteThreads>>>(logits.data, E, prob);
-      moe_route_kernel<false><<<1, kRouteThreads>>>(prob, nullptr, nm, nE, 1, 1, route.k, route.norm,
-                                                   1.0f, idx, wts, order, items, items + 3 * max_items);
+      moe_softmax_kernel<<<static_cast<unsigned>(m), kRouteThreads, 0, stream()>>>(logits.data, E,
+                                                                                   prob);
+      moe_route_kernel<false>
+          <<<1, kRouteThreads, 0, stream()>>>(prob, nullptr, nm, nE, 1, 1, route.k, route.norm,
+                                              1.0f, idx, wts, order, items, items + 3 * max_items);
     }
     check_launch(op);
   }
@@ -340,8 +342,8 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
     matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
   }
   const ProfScope ps(*this, "moe combine", nullptr, m);
-  moe_combine_kernel<<<grid_for(m * H, 256), 256>>>(idx, wts, dbuf, static_cast<int>(k), H, out.data,
-                                                    m * H);
+  moe_combine_kernel<<<grid_for(m * H, 256), 256, 0, stream()>>>(
+      idx, wts, dbuf, static_cast<int>(k), H, out.data, m * H);
   check_launch(op);
   return true;
 }

@@ -259,8 +259,8 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor o
   if (n == 0) return;
   auto* d_ids = static_cast<const int32_t*>(meta(ids, static_cast<uint64_t>(n) * 4));
   const int64_t total = n * t.cols;
-  embed_kernel<<<grid_for(total, 256), 256>>>(dt_code(t.dtype), t.data, t.scales, d_ids, t.cols,
-                                              out.data, total);
+  embed_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(dt_code(t.dtype), t.data, t.scales,
+                                                           d_ids, t.cols, out.data, total);
   check_launch("embed");
 }
 
@@ -274,8 +274,8 @@ void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add
            "] into y [", y.rows, " x ", y.cols, "]");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "rmsnorm: ", x.rows, " rows");
-  rmsnorm_kernel<false><<<static_cast<unsigned>(x.rows), kNormThreads>>>(x.data, nullptr, g.f32, eps,
-                                                                         add_one, x.cols, y.data);
+  rmsnorm_kernel<false><<<static_cast<unsigned>(x.rows), kNormThreads, 0, stream()>>>(
+      x.data, nullptr, g.f32, eps, add_one, x.cols, y.data);
   check_launch("rmsnorm");
 }
 
@@ -293,8 +293,8 @@ void CudaBackend::add_rmsnorm(Tensor x, const Tensor& a, const Weight& gw, float
   TF_CHECK(y.data != x.data && y.data != a.data, "add_rmsnorm: y must not alias x or a");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "add_rmsnorm: ", x.rows, " rows");
-  rmsnorm_kernel<true><<<static_cast<unsigned>(x.rows), kNormThreads>>>(x.data, a.data, g.f32, eps,
-                                                                        add_one, x.cols, y.data);
+  rmsnorm_kernel<true><<<static_cast<unsigned>(x.rows), kNormThreads, 0, stream()>>>(
+      x.data, a.data, g.f32, eps, add_one, x.cols, y.data);
   check_launch("add_rmsnorm");
 }
 
@@ -319,9 +319,10 @@ void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopePara
   std::memcpy(blob.data(), pos, pos_bytes);
   std::memcpy(blob.data() + off, p.inv_freq.data(), static_cast<uint64_t>(half) * 4);
   auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-  rope_kernel<<<static_cast<unsigned>(x.rows), kRopeThreads, 2 * static_cast<size_t>(half) * 4>>>(
-      x.data, x.cols, n_heads, p.head_dim, half, p.neox, reinterpret_cast<const int32_t*>(s),
-      reinterpret_cast<const float*>(s + off), p.mscale);
+  rope_kernel<<<static_cast<unsigned>(x.rows), kRopeThreads, 2 * static_cast<size_t>(half) * 4,
+                stream()>>>(x.data, x.cols, n_heads, p.head_dim, half, p.neox,
+                            reinterpret_cast<const int32_t*>(s),
+                            reinterpret_cast<const float*>(s + off), p.mscale);
   check_launch("rope");
 }
 
@@ -338,11 +339,11 @@ void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor 
   if (n == 0) return;
   const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
   if (vec4(n, {gate.data, up.data, out.data}))
-    act_mul4_kernel<<<grid_for(n / 4, 256), 256>>>(a, reinterpret_cast<const float4*>(gate.data),
-                                                   reinterpret_cast<const float4*>(up.data),
-                                                   reinterpret_cast<float4*>(out.data), n / 4);
+    act_mul4_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(
+        a, reinterpret_cast<const float4*>(gate.data), reinterpret_cast<const float4*>(up.data),
+        reinterpret_cast<float4*>(out.data), n / 4);
   else
-    act_mul_kernel<<<grid_for(n, 256), 256>>>(a, gate.data, up.data, out.data, n);
+    act_mul_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(a, gate.data, up.data, out.data, n);
   check_launch("act_mul");
 }
 
@@ -355,10 +356,10 @@ void CudaBackend::add(Tensor y, const Tensor& x) {
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
   if (vec4(n, {y.data, x.data}))
-    add4_kernel<<<grid_for(n / 4, 256), 256>>>(reinterpret_cast<float4*>(y.data),
-                                               reinterpret_cast<const float4*>(x.data), n / 4);
+    add4_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(
+        reinterpret_cast<float4*>(y.data), reinterpret_cast<const float4*>(x.data), n / 4);
   else
-    add_kernel<<<grid_for(n, 256), 256>>>(y.data, x.data, n);
+    add_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data, x.data, n);
   check_launch("add");
 }
 
@@ -368,9 +369,10 @@ void CudaBackend::scale(Tensor x, float s) {
   const int64_t n = x.rows * x.cols;
   if (n == 0) return;
   if (vec4(n, {x.data}))
-    scale4_kernel<<<grid_for(n / 4, 256), 256>>>(reinterpret_cast<float4*>(x.data), s, n / 4);
+    scale4_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(reinterpret_cast<float4*>(x.data), s,
+                                                              n / 4);
   else
-    scale_kernel<<<grid_for(n, 256), 256>>>(x.data, s, n);
+    scale_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(x.data, s, n);
   check_launch("scale");
 }
 
@@ -386,7 +388,8 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
   const int64_t n = logits.cols;
   const uint64_t total = static_cast<uint64_t>(logits.rows * n);
   auto* d_prob = reinterpret_cast<float*>(scratch(total * 4));
-  softmax_kernel<<<static_cast<unsigned>(logits.rows), kRowThreads>>>(logits.data, n, d_prob);
+  softmax_kernel<<<static_cast<unsigned>(logits.rows), kRowThreads, 0, stream()>>>(logits.data, n,
+                                                                                   d_prob);
   check_launch("topk_softmax");
   std::vector<float> prob(total);
   TF_CUDA_CHECK(cudaMemcpy(prob.data(), d_prob, total * 4, cudaMemcpyDeviceToHost), "topk_softmax");
@@ -416,7 +419,8 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Ten
   const int64_t total = n * src.cols;
   if (total == 0) return;
   auto* d_rows = static_cast<const int32_t*>(meta(rows, static_cast<uint64_t>(n) * 4));
-  gather_kernel<<<grid_for(total, 256), 256>>>(src.data, d_rows, src.cols, dst.data, total);
+  gather_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(src.data, d_rows, src.cols, dst.data,
+                                                            total);
   check_launch("gather_rows");
 }
 
@@ -430,10 +434,9 @@ void CudaBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_
   std::memcpy(blob.data(), rows, static_cast<uint64_t>(n) * 4);
   std::memcpy(blob.data() + off, w, static_cast<uint64_t>(n) * 4);
   auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-  scatter_kernel<<<grid_for(dst.cols, 128), 128>>>(dst.data, src.data,
-                                                   reinterpret_cast<const int32_t*>(s),
-                                                   reinterpret_cast<const float*>(s + off), n,
-                                                   dst.cols);
+  scatter_kernel<<<grid_for(dst.cols, 128), 128, 0, stream()>>>(
+      dst.data, src.data, reinterpret_cast<const int32_t*>(s),
+      reinterpret_cast<const float*>(s + off), n, dst.cols);
   check_launch("scatter_add_scaled");
 }
 

@@ -38,13 +38,13 @@ CudaBackend::ProfScope::ProfScope(CudaBackend& be, const char* op, const std::st
   k += " m=" + std::to_string(rows);
   key_ = prof_->key(k);
   a_ = prof_->event();
-  TF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(a_), 0), "profile: record");
+  TF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(a_), stream()), "profile: record");
 }
 
 CudaBackend::ProfScope::~ProfScope() {
   if (!prof_) return;
   cudaEvent_t b = prof_->event();
-  cudaEventRecord(b, 0);
+  cudaEventRecord(b, stream());
   prof_->pending.push_back({key_, static_cast<cudaEvent_t>(a_), b});
   if (prof_->pending.size() >= 4096) prof_->drain();
 }

@@ -351,7 +351,7 @@ void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight*
              d.chunked, d.keep, C, K, silu};
   TF_CHECK(grid_for(C, kConvThreads) <= 65535u, "conv1d_causal: ", C, " channels");
   conv_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
-                kConvThreads>>>(a);
+                kConvThreads, 0, stream()>>>(a);
   check_launch("conv1d_causal");
 }
 
@@ -386,7 +386,7 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
             p.state_size, p.heads / p.groups, p.chunk, pt, p.dt_min, p.dt_max};
   if (!jobs.step.empty()) {
     ssm_step_kernel<<<dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
-                      kSsmStepWarps * 32>>>(a);
+                      kSsmStepWarps * 32, 0, stream()>>>(a);
     check_launch(op);
   }
   if (!jobs.chunked.empty()) {
@@ -398,8 +398,9 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
     TF_CUDA_CHECK(cudaFuncSetAttribute(ssm_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)), op);
     const unsigned tiles = static_cast<unsigned>((p.head_dim + pt - 1) / pt);
-    ssm_chunk_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()), static_cast<unsigned>(p.heads),
-                            tiles), kSsmThreads, smem>>>(a);
+    ssm_chunk_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()),
+                            static_cast<unsigned>(p.heads), tiles),
+                       kSsmThreads, smem, stream()>>>(a);
     check_launch(op);
   }
 }

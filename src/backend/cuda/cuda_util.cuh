@@ -18,6 +18,11 @@
 
 namespace tf::cuda {
 
+// The stream every kernel and async copy of the backend goes on, made on first use: one in-order
+// stream, but not the legacy default one, so that a round can be captured as a graph. It blocks
+// with the legacy stream, so synchronous copies still see every earlier kernel.
+cudaStream_t stream();
+
 // Blocks of a 1-D launch covering n items, at least 1.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
