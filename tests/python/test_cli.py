@@ -58,3 +58,12 @@ def test_bench_prints_rates(tensorfold_bin):
     rows = [json.loads(line) for line in r.stdout.strip().splitlines()]
     assert [x["batch"] for x in rows] == [1, 2]
     assert all(x["pp_tps"] > 0 and x["tg_tps"] > 0 for x in rows)
+
+
+def test_bench_decodes_at_a_depth(tensorfold_bin):
+    r = run(tensorfold_bin, "bench", "--pp", "8", "--tg", "4", "--depth", "40", "--batch", "2", "--json", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    assert row["depth"] == 40 and row["tg_tps"] > 0
+    bad = run(tensorfold_bin, "bench", "--depth", "-1")
+    assert bad.returncode != 0 and "--depth" in bad.stderr
