@@ -47,6 +47,8 @@ constexpr uint64_t kMaxPartialBytes = 256ull << 20;
 
 __global__ void kv_store_kernel(float* k_layer, float* v_layer, const float* k, const float* v,
                                 const int64_t* dst_row, int64_t width, int64_t total) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t r = i / width, c = i % width;
@@ -91,6 +93,8 @@ __device__ __forceinline__ void stage_split(float* dst, int stride, const float*
 // w owns m tile w % MT and the dim tiles (w + 8j) / MT.
 template <int NC, int MT>
 __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
+  grid_wait();
+  grid_launch_next();
   extern __shared__ float4 sh4[];
   constexpr int kPairs = 16 * MT, kJ = (MT * NC * kChunk / 8 + 7) / 8;
   const int hd = a.head_dim, hdp = a.hd_pad, qst = a.q_stride;
@@ -259,6 +263,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
 
 // Folds a split-mode row's partials in split order, as the whole-mode block does.
 __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
+  grid_wait();
+  grid_launch_next();
   const int r = brows[blockIdx.y], h = blockIdx.x, hd = a.head_dim;
   const int splits = a.row_pos[r] / kSplit - a.row_first[r] / kSplit + 1;
   const int64_t slot0 = static_cast<int64_t>(a.part_off[r]) * a.n_heads + h;
@@ -331,7 +337,7 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
                   "attention: shared memory of ", most, " bytes");
     ready.store(true);
   }
-  attention_kernel<NC, MT><<<dim3(items, yblocks), kThreads, smem, stream()>>>(a);
+  launch_kernel(attention_kernel<NC, MT>, dim3(items, yblocks), kThreads, smem, a);
 }
 }  // namespace
 
@@ -358,7 +364,7 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
   }
   auto* d_dst = static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
   const int64_t total = k.rows * width;
-  kv_store_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(kv.k_layer(layer), kv.v_layer(layer),
+  launch_kernel(kv_store_kernel, grid_for(total, 256), 256, 0, kv.k_layer(layer), kv.v_layer(layer),
                                                               k.data, v.data, d_dst, width, total);
   check_launch("kv_store");
 }
@@ -463,9 +469,9 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   }
   check_launch("attention");
   if (!brows.empty()) {
-    attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads),
+    launch_kernel(attention_merge_kernel, dim3(static_cast<unsigned>(p.n_heads),
                                   static_cast<unsigned>(brows.size())),
-                             128, 0, stream()>>>(a, d_meta + at[6]);
+                             128, 0, a, d_meta + at[6]);
     check_launch("attention merge");
   }
 }

@@ -17,6 +17,8 @@ constexpr size_t kSmem = (static_cast<size_t>(kPairs + 2 * kSplit) * kKs) * size
                          2 * kSplit * sizeof(int64_t);
 
 __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
+  grid_wait();
+  grid_launch_next();
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][kKs]
   float* ks = qs + kPairs * kKs;              // [kSplit][kKs]
@@ -189,7 +191,7 @@ void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
                   "attention: shared memory of ", kSmem, " bytes");
     ready.store(true);
   }
-  flash_kernel<<<dim3(n_items, yblocks), kThreads, kSmem, stream()>>>(a);
+  launch_kernel(flash_kernel, dim3(n_items, yblocks), kThreads, kSmem, a);
 }
 
 }  // namespace tf::cuda::attn

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -18,6 +19,18 @@ cudaStream_t stream() {
     return x;
   }();
   return s;
+}
+
+bool pdl_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_PDL");
+    if (e && std::string(e) == "0") return false;
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           major >= 9;
+  }();
+  return on;
 }
 
 namespace {

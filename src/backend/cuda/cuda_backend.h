@@ -73,8 +73,8 @@ struct GroupedRows {
 };
 
 // The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's ids,
-// weights and penalized rows.
-enum BufferSlot : int { kSlotMoe = 0, kSlotMoeCount = 8, kSlotSplitX = kSlotMoe + kSlotMoeCount, kSlotSample, kSlotSampleWeights, kSlotSamplePenalized };
+// weights and penalized rows, rope's cos/sin table.
+enum BufferSlot : int { kSlotMoe = 0, kSlotMoeCount = 8, kSlotSplitX = kSlotMoe + kSlotMoeCount, kSlotSample, kSlotSampleWeights, kSlotSamplePenalized, kSlotRope };
 
 class CudaBackend : public Backend {
  public:
@@ -187,6 +187,8 @@ class CudaBackend : public Backend {
   uint8_t* meta_dev_ = nullptr;
   uint64_t meta_cap_ = 0, meta_used_ = 0;
   std::vector<MetaEntry> meta_recent_;  // uploads since the ring last wrapped, newest last
+  std::vector<uint8_t> rope_blob_;  // the positions, frequencies and mscale rope_table_ holds
+  const float* rope_table_ = nullptr;
   float* partials_ = nullptr;
   uint64_t partials_n_ = 0;
   unsigned* counters_ = nullptr;

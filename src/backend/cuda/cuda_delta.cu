@@ -36,6 +36,8 @@ struct DeltaArgs {
 // Step form: per row, warp 0 makes the 1/|q|, 1/|k|, exp(g) and beta; thread per v column:
 // S = exp(g) S; kv = S^T k; S += k beta (v - kv); y = S^T q, sums over k in order.
 __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
+  grid_wait();
+  grid_launch_next();
   extern __shared__ float sm[];
   float* sq = sm;
   float* sk = sm + a.Kd;
@@ -103,6 +105,8 @@ __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
 //   y_i = exp(g_i) q_i.S + sum_{m<=i} (q_i.k_m) exp(g_i - g_m) V'_m;
 //   S = exp(g_L) S + sum_m k_m exp(g_L - g_m) V'_m.
 __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a) {
+  grid_wait();
+  grid_launch_next();
   extern __shared__ float sm[];
   const int L = a.chunk, Kd = a.Kd, Vd = a.Vd, VT = a.vt, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, nwarps = kChunkThreads / 32;
@@ -263,9 +267,9 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
     const size_t smem = (2 * static_cast<size_t>(p.k_dim) + 4) * 4;
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)), op);
-    delta_step_kernel<<<dim3(static_cast<unsigned>(jobs.step.size()),
+    launch_kernel(delta_step_kernel, dim3(static_cast<unsigned>(jobs.step.size()),
                              static_cast<unsigned>(p.v_heads)),
-                        kStepThreads, smem, stream()>>>(args);
+                        kStepThreads, smem, args);
     check_launch(op);
   }
   if (!jobs.chunked.empty()) {
@@ -273,9 +277,9 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(csmem)), op);
     const unsigned tiles = static_cast<unsigned>((p.v_dim + vt - 1) / vt);
-    delta_chunk_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()),
+    launch_kernel(delta_chunk_kernel, dim3(static_cast<unsigned>(jobs.chunked.size()),
                               static_cast<unsigned>(p.v_heads), tiles),
-                         kChunkThreads, csmem, stream()>>>(args);
+                         kChunkThreads, csmem, args);
     check_launch(op);
   }
 }

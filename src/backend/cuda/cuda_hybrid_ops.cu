@@ -15,16 +15,22 @@ namespace {
 constexpr int kNormThreads = 128;
 
 __global__ void activate_kernel(int act, const float* x, float* out, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = act_value(act, x[i]);
 }
 
 __global__ void sigmoid_kernel(const float* x, float* out, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = sigmoid_f(x[i]);
 }
 
 __global__ void mul_sigmoid_kernel(float* y, int64_t cols, const float* g, int64_t ldg, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t r = i / cols, c = i % cols;
@@ -32,6 +38,8 @@ __global__ void mul_sigmoid_kernel(float* y, int64_t cols, const float* g, int64
 }
 
 __global__ void mul_sigmoid_rows_kernel(float* y, int64_t cols, const float* g, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = y[i] * sigmoid_f(g[i / cols]);
 }
@@ -40,6 +48,8 @@ __global__ void mul_sigmoid_rows_kernel(float* y, int64_t cols, const float* g, 
 // halving tree. norm_first: x / rms(x) * g * silu(z); else u = x silu(z), u / rms(u) * g.
 __global__ void gated_rmsnorm_kernel(const float* x, int64_t cols, const float* z, int64_t ldz,
                                      const float* g, int group, float eps, bool norm_first, float* y) {
+  grid_wait();
+  grid_launch_next();
   __shared__ float sh[kNormThreads];
   const int64_t r = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * group;
   const float* xr = x + r * cols + c0;
@@ -76,7 +86,7 @@ void CudaBackend::activate(Act act, const Tensor& x, Tensor out) {
   const int64_t n = x.rows * x.cols;
   if (n == 0) return;
   const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
-  activate_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(a, x.data, out.data, n);
+  launch_kernel(activate_kernel, grid_for(n, 256), 256, 0, a, x.data, out.data, n);
   check_launch("activate");
 }
 
@@ -86,7 +96,7 @@ void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
   check_cols(gate, y.rows, y.cols, "mul_sigmoid", "gate");
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
-  mul_sigmoid_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data, y.cols, gate.at(0),
+  launch_kernel(mul_sigmoid_kernel, grid_for(n, 256), 256, 0, y.data, y.cols, gate.at(0),
                                                              gate.t.cols, n);
   check_launch("mul_sigmoid");
 }
@@ -99,7 +109,7 @@ void CudaBackend::mul_sigmoid_rows(Tensor y, const Tensor& g) {
            "] for y [", y.rows, " x ", y.cols, "]");
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
-  mul_sigmoid_rows_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data, y.cols, g.data, n);
+  launch_kernel(mul_sigmoid_rows_kernel, grid_for(n, 256), 256, 0, y.data, y.cols, g.data, n);
   check_launch("mul_sigmoid_rows");
 }
 
@@ -117,8 +127,8 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
   const int64_t groups = x.cols / group;
   TF_CHECK(x.rows <= 0x7fffffff && groups <= 65535, "gated_rmsnorm: ", x.rows, " rows of ", groups,
            " groups");
-  gated_rmsnorm_kernel<<<dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)),
-                         kNormThreads, 0, stream()>>>(x.data, x.cols, z.at(0), z.t.cols, g, group,
+  launch_kernel(gated_rmsnorm_kernel, dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)),
+                         kNormThreads, 0, x.data, x.cols, z.at(0), z.t.cols, g, group,
                                                       eps, norm_first, y.data);
   check_launch("gated_rmsnorm");
 }
@@ -150,8 +160,7 @@ void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias,
   if (logits.rows == 0) return;
   const uint64_t total = static_cast<uint64_t>(logits.rows * n);
   auto* d_s = reinterpret_cast<float*>(scratch(total * 4));
-  sigmoid_kernel<<<grid_for(static_cast<int64_t>(total), 256), 256, 0, stream()>>>(
-      logits.data, d_s, static_cast<int64_t>(total));
+  launch_kernel(sigmoid_kernel, grid_for(static_cast<int64_t>(total), 256), 256, 0, logits.data, d_s, static_cast<int64_t>(total));
   check_launch(op);
   std::vector<float> sc(total), hb;
   TF_CUDA_CHECK(cudaMemcpy(sc.data(), d_s, total * 4, cudaMemcpyDeviceToHost), op);

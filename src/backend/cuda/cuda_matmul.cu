@@ -29,6 +29,8 @@ __global__ void __launch_bounds__(WM * WN * 32)
     mma_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                const float* __restrict__ wscale, const float* __restrict__ bias,
                float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp) {
+  grid_wait();
+  grid_launch_next();
   constexpr int kThreads = WM * WN * 32, LDS = BK + 8;
   constexpr int TM = BM / WM / 16, TN = BN / WN / 8;
   constexpr bool kSplitX = WT != kQ8, kSplitW = WT == kF16;
@@ -258,6 +260,8 @@ __global__ void __launch_bounds__(WM * WN * 32)
 __global__ void f32_matmul(const float* __restrict__ x, int64_t M, int64_t K,
                            const float* __restrict__ w, const float* __restrict__ bias,
                            float* __restrict__ y, int64_t N) {
+  grid_wait();
+  grid_launch_next();
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int64_t r = blockIdx.y;
@@ -279,7 +283,7 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, BM, BN, x, y, sp);
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
-  kern<<<grid, WM * WN * 32, kSmem, stream()>>>(x.data, x.rows, x.cols, w.data, w.scales, bias,
+  launch_kernel(kern, grid, WM * WN * 32, kSmem, x.data, x.rows, x.cols, w.data, w.scales, bias,
                                                 y.data, y.cols, vec_x, vec_w, sp);
 }
 
@@ -335,8 +339,7 @@ void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, 
       const int warps = 8;
       const dim3 grid(grid_for(w.rows, warps), static_cast<unsigned>(x.rows));
       TF_CHECK(x.rows <= 65535, "matmul: ", x.rows, " rows is more than one f32 call takes");
-      f32_matmul<<<grid, warps * 32, 0, stream()>>>(
-          x.data, x.rows, x.cols, static_cast<const float*>(w.data), b, y.data, y.cols);
+      launch_kernel(f32_matmul, grid, warps * 32, 0, x.data, x.rows, x.cols, static_cast<const float*>(w.data), b, y.data, y.cols);
     }
   }
   check_launch("matmul");

@@ -165,6 +165,8 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
 template <bool kStepOrder>
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
                                bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t groups = Kp / 8;
   if (i >= M * groups) return;
@@ -207,8 +209,7 @@ inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   auto* hi = static_cast<uint16_t*>(
       be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
-  split_x_kernel<kStepOrder>
-      <<<grid_for(M * (Kp / 8), 256), 256, 0, stream()>>>(x.data, M, K, Kp, vec, hi, hi + M * Kp);
+  launch_kernel(split_x_kernel<kStepOrder>, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp, vec, hi, hi + M * Kp);
   return hi;
 }
 
@@ -254,8 +255,7 @@ void launch_planes(CudaBackend& be, Kern kern, bool& raised, int smem, int threa
                    const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
                    const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, smem, bm, bn, x, y, sp);
-  kern<<<grid, threads, smem, stream()>>>(
-      xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp);
+  launch_kernel(kern, grid, threads, smem, xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp);
 }
 
 // More than 16 rows of BF16 weights with K % 8 == 0 on the split sp, x split once and tiles

@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, TN == 2 ? 4 : 1)
   constexpr bool kLo = WT != kQ8;
   // Operand words of one step: [row][group][hi 0..3, lo 0..3].
   __shared__ __align__(16) uint32_t xs[R][G][8];
+  // An MoE item's rows come from the routing kernel; a plain matmul's weights are ready, so its
+  // first weight loads go out before the wait on the kernel before it.
+  if (kGroup) grid_wait();
+  grid_launch_next();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int32_t* rowmap = nullptr;
   int64_t P = M;  // rows of y and of each slice's partials
@@ -155,6 +159,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, TN == 2 ? 4 : 1)
     }
   };
   if (kbeg < kend) load_w(kbeg);
+  if (!kGroup) grid_wait();
   for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
     // The step's x as operand words, each (row, k8 group) split by one thread.
     for (int i = threadIdx.x; i < R * G; i += kSkinnyWarps * 32) {
@@ -322,7 +327,7 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
     }
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN>
                            : skinny_matmul<WT, false, false, false, TN>;
-    kern<<<grid, kSkinnyWarps * 32, 0, stream()>>>(x.data, x.rows, x.cols, w.data, w.scales, bias,
+    launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales, bias,
                                                    y.data, y.cols, vec_x, vec_w, sp, GroupedRows{},
                                                    MultiArgs{});
   });
@@ -368,7 +373,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN>
                            : skinny_matmul<WT, false, false, true, TN>;
-    kern<<<grid, kSkinnyWarps * 32, 0, stream()>>>(x.data, x.rows, x.cols, nullptr, nullptr,
+    launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
                                                    nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{},
                                                    GroupedRows{}, ma);
   });
@@ -393,8 +398,7 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
       sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
     }
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    skinny_matmul<WT, true, true, false, TN><<<grid, kSkinnyWarps * 32, 0, stream()>>>(
-        x, gr.pairs, K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
+    launch_kernel(skinny_matmul<WT, true, true, false, TN>, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
   });
 }
 

@@ -29,6 +29,8 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
     pipe_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
                 int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp) {
+  grid_wait();
+  grid_launch_next();
   constexpr int kThreads = WM * WN * 32, TM = BM / WM / 16, TN = BN / WN / 8;
   constexpr int kRows = 2 * BM + BN, kStage = kRows * BK, kCpr = BK / 8;  // 16-byte chunks a row
   static_assert(BK == 32 || BK == 64, "one or two chunks a tile");

@@ -67,6 +67,8 @@ __global__ void __launch_bounds__(WG * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
               const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp) {
+  grid_wait();
+  grid_launch_next();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BK = kBK, BM = 64 * WG, kThreads = WG * 128, kStage = (2 * BM + BN) * BK;
   static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");

@@ -27,12 +27,16 @@ enum Slot { kProb = kSlotMoe, kIdx, kWeight, kOrder, kItems, kGate, kUp, kDown }
 static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has eight buffer slots");
 
 __global__ void moe_softmax_kernel(const float* logits, int64_t n, float* prob) {
+  grid_wait();
+  grid_launch_next();
   __shared__ float sh[kRouteThreads];
   softmax_row<kRouteThreads>(logits + static_cast<int64_t>(blockIdx.x) * n, n,
                              prob + static_cast<int64_t>(blockIdx.x) * n, sh);
 }
 
 __global__ void moe_sigmoid_kernel(const float* x, float* out, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = sigmoid_f(x[i]);
 }
@@ -179,6 +183,8 @@ template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int32_t* items, int32_t* n_items) {
+  grid_wait();
+  grid_launch_next();
   for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) {
     if (kSigmoid) route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
     else route_softmax_row(r, prob, n, k, norm, idx, w);
@@ -190,6 +196,8 @@ __global__ void moe_route_kernel(const float* prob, const float* bias, int rows,
 // out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index.
 __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const float* down, int k,
                                    int64_t cols, float* out, int64_t total) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t r = i / cols, c = i % cols;
@@ -301,15 +309,13 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
         TF_CHECK(bw.rows == 1 && bw.cols == E && bw.f32, op, ": bias ", bw.name, " is not a vector of ", E);
         bias = bw.f32;
       }
-      moe_sigmoid_kernel<<<grid_for(m * E, 256), 256, 0, stream()>>>(logits.data, prob, m * E);
-      moe_route_kernel<true><<<1, kRouteThreads, 0, stream()>>>(
-          prob, bias, nm, nE, route.n_group, route.topk_group, route.k, route.norm, route.scale,
+      launch_kernel(moe_sigmoid_kernel, grid_for(m * E, 256), 256, 0, logits.data, prob, m * E);
+      launch_kernel(moe_route_kernel<true>, 1, kRouteThreads, 0, prob, bias, nm, nE, route.n_group, route.topk_group, route.k, route.norm, route.scale,
           idx, wts, order, items, items + 3 * max_items);
     } else {
-      moe_softmax_kernel<<<static_cast<unsigned>(m), kRouteThreads, 0, stream()>>>(logits.data, E,
+      launch_kernel(moe_softmax_kernel, static_cast<unsigned>(m), kRouteThreads, 0, logits.data, E,
                                                                                    prob);
-      moe_route_kernel<false>
-          <<<1, kRouteThreads, 0, stream()>>>(prob, nullptr, nm, nE, 1, 1, route.k, route.norm,
+      launch_kernel(moe_route_kernel<false>, 1, kRouteThreads, 0, prob, nullptr, nm, nE, 1, 1, route.k, route.norm,
                                               1.0f, idx, wts, order, items, items + 3 * max_items);
     }
     check_launch(op);
@@ -342,8 +348,7 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
     matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
   }
   const ProfScope ps(*this, "moe combine", nullptr, m);
-  moe_combine_kernel<<<grid_for(m * H, 256), 256, 0, stream()>>>(
-      idx, wts, dbuf, static_cast<int>(k), H, out.data, m * H);
+  launch_kernel(moe_combine_kernel, grid_for(m * H, 256), 256, 0, idx, wts, dbuf, static_cast<int>(k), H, out.data, m * H);
   check_launch(op);
   return true;
 }

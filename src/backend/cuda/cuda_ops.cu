@@ -18,6 +18,8 @@ constexpr int kRowThreads = 256;  // threads of one softmax row
 
 __global__ void embed_kernel(int dt, const void* table, const float* scales, const int32_t* ids,
                              int64_t cols, float* out, int64_t total) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t r = i / cols, c = i % cols;
@@ -55,6 +57,8 @@ template <bool kAdd>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(float* x, const float* a, const float* g, float eps, bool add_one, int64_t n,
                    float* y) {
+  grid_wait();
+  grid_launch_next();
   __shared__ float warp_sums[kNormThreads / 32];
   float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   const float* ar = kAdd ? a + static_cast<int64_t>(blockIdx.x) * n : nullptr;
@@ -125,53 +129,42 @@ __global__ void __launch_bounds__(kNormThreads)
 }
 
 constexpr int kRopeThreads = 256;
-constexpr int kRopeBatch = 8;  // pairs per thread loaded before any of them is stored
 
-// One block per row, no reduction: cos/sin (f32 angle, double cos/sin, as the cpu backend) go to
-// shared memory once per pair index, then pair j (head j / half) is rotated by thread j % 256.
+// cos and sin of each row's pair angles (f32 angle, double cos/sin, as the cpu backend), times
+// mscale: cs [rows][cos of the half pairs, then their sin]; one thread per (row, pair).
+__global__ void rope_table_kernel(const int32_t* pos, const float* inv_freq, int half, float mscale,
+                                  int64_t n, float* cs) {
+  grid_wait();
+  grid_launch_next();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t r = i / half;
+  const int j = static_cast<int>(i - r * half);
+  const float angle = __fmul_rn(static_cast<float>(pos[r]), inv_freq[j]);
+  cs[2 * r * half + j] = __fmul_rn(static_cast<float>(cos(static_cast<double>(angle))), mscale);
+  cs[2 * r * half + half + j] = __fmul_rn(static_cast<float>(sin(static_cast<double>(angle))), mscale);
+}
+
+// Rotates pair j of row blockIdx.x (head j / half) by the row's table entry; no reduction.
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* x, int64_t cols, int n_heads, int head_dim, int half, bool neox,
-                const int32_t* pos, const float* inv_freq, float mscale) {
-  extern __shared__ float rope_cs[];  // cos of the half pairs, then their sin
+                const float* cs) {
+  grid_wait();
+  grid_launch_next();
   float* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
-  const int t = threadIdx.x, total = n_heads * half, bstep = neox ? half : 1;
-  int ia[kRopeBatch], fi[kRopeBatch];
-  float v0[kRopeBatch], v1[kRopeBatch];
-  auto load = [&](int j0) {
-#pragma unroll
-    for (int k = 0; k < kRopeBatch; ++k) {
-      const int j = j0 + k * kRopeThreads;
-      if (j < total) {
-        const int h = j / half, i = j - h * half;
-        fi[k] = i;
-        ia[k] = h * head_dim + (neox ? i : 2 * i);
-        v0[k] = xr[ia[k]];
-        v1[k] = xr[ia[k] + bstep];
-      }
-    }
-  };
-  load(t);
-  const float fp = static_cast<float>(pos[blockIdx.x]);
-  for (int i = t; i < half; i += kRopeThreads) {
-    const float angle = __fmul_rn(fp, inv_freq[i]);
-    rope_cs[i] = __fmul_rn(static_cast<float>(cos(static_cast<double>(angle))), mscale);
-    rope_cs[half + i] = __fmul_rn(static_cast<float>(sin(static_cast<double>(angle))), mscale);
-  }
-  __syncthreads();
-  for (int j0 = t; j0 < total; j0 += kRopeBatch * kRopeThreads) {
-    if (j0 != t) load(j0);
-#pragma unroll
-    for (int k = 0; k < kRopeBatch; ++k) {
-      if (j0 + k * kRopeThreads < total) {
-        const float c = rope_cs[fi[k]], s = rope_cs[half + fi[k]];
-        xr[ia[k]] = __fsub_rn(__fmul_rn(v0[k], c), __fmul_rn(v1[k], s));
-        xr[ia[k] + bstep] = __fadd_rn(__fmul_rn(v1[k], c), __fmul_rn(v0[k], s));
-      }
-    }
+  const float* cr = cs + 2 * static_cast<int64_t>(blockIdx.x) * half;
+  const int total = n_heads * half, bstep = neox ? half : 1;
+  for (int j = blockIdx.y * kRopeThreads + threadIdx.x; j < total; j += gridDim.y * kRopeThreads) {
+    const int h = j / half, i = j - h * half, ia = h * head_dim + (neox ? i : 2 * i);
+    const float v0 = xr[ia], v1 = xr[ia + bstep], c = cr[i], s = cr[half + i];
+    xr[ia] = __fsub_rn(__fmul_rn(v0, c), __fmul_rn(v1, s));
+    xr[ia + bstep] = __fadd_rn(__fmul_rn(v1, c), __fmul_rn(v0, s));
   }
 }
 
 __global__ void act_mul_kernel(int act, const float* gate, const float* up, float* out, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = act_value(act, gate[i]) * up[i];
 }
@@ -179,6 +172,8 @@ __global__ void act_mul_kernel(int act, const float* gate, const float* up, floa
 // The float4 forms do each element's arithmetic exactly as the scalar ones.
 __global__ void act_mul4_kernel(int act, const float4* gate, const float4* up, float4* out,
                                 int64_t n4) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 g = gate[i], u = up[i];
@@ -187,11 +182,15 @@ __global__ void act_mul4_kernel(int act, const float4* gate, const float4* up, f
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = y[i] + x[i];
 }
 
 __global__ void add4_kernel(float4* y, const float4* x, int64_t n4) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 a = y[i], b = x[i];
@@ -199,11 +198,15 @@ __global__ void add4_kernel(float4* y, const float4* x, int64_t n4) {
 }
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = x[i] * s;
 }
 
 __global__ void scale4_kernel(float4* x, float s, int64_t n4) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 a = x[i];
@@ -220,6 +223,8 @@ bool vec4(int64_t n, std::initializer_list<const void*> ptrs) {
 
 // Softmax of one row (softmax_row).
 __global__ void softmax_kernel(const float* logits, int64_t n, float* prob) {
+  grid_wait();
+  grid_launch_next();
   __shared__ float sh[kRowThreads];
   softmax_row<kRowThreads>(logits + static_cast<int64_t>(blockIdx.x) * n, n,
                            prob + static_cast<int64_t>(blockIdx.x) * n, sh);
@@ -227,6 +232,8 @@ __global__ void softmax_kernel(const float* logits, int64_t n, float* prob) {
 
 __global__ void gather_kernel(const float* src, const int32_t* rows, int64_t cols, float* dst,
                               int64_t total) {
+  grid_wait();
+  grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t r = i / cols, c = i % cols;
@@ -236,6 +243,8 @@ __global__ void gather_kernel(const float* src, const int32_t* rows, int64_t col
 // One thread per column applies the n updates in i order, so repeated rows sum in order.
 __global__ void scatter_kernel(float* dst, const float* src, const int32_t* rows, const float* w,
                                int n, int64_t cols) {
+  grid_wait();
+  grid_launch_next();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   for (int i = 0; i < n; ++i) {
@@ -259,7 +268,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor o
   if (n == 0) return;
   auto* d_ids = static_cast<const int32_t*>(meta(ids, static_cast<uint64_t>(n) * 4));
   const int64_t total = n * t.cols;
-  embed_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(dt_code(t.dtype), t.data, t.scales,
+  launch_kernel(embed_kernel, grid_for(total, 256), 256, 0, dt_code(t.dtype), t.data, t.scales,
                                                            d_ids, t.cols, out.data, total);
   check_launch("embed");
 }
@@ -274,8 +283,7 @@ void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add
            "] into y [", y.rows, " x ", y.cols, "]");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "rmsnorm: ", x.rows, " rows");
-  rmsnorm_kernel<false><<<static_cast<unsigned>(x.rows), kNormThreads, 0, stream()>>>(
-      x.data, nullptr, g.f32, eps, add_one, x.cols, y.data);
+  launch_kernel(rmsnorm_kernel<false>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data, nullptr, g.f32, eps, add_one, x.cols, y.data);
   check_launch("rmsnorm");
 }
 
@@ -293,8 +301,7 @@ void CudaBackend::add_rmsnorm(Tensor x, const Tensor& a, const Weight& gw, float
   TF_CHECK(y.data != x.data && y.data != a.data, "add_rmsnorm: y must not alias x or a");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "add_rmsnorm: ", x.rows, " rows");
-  rmsnorm_kernel<true><<<static_cast<unsigned>(x.rows), kNormThreads, 0, stream()>>>(
-      x.data, a.data, g.f32, eps, add_one, x.cols, y.data);
+  launch_kernel(rmsnorm_kernel<true>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data, a.data, g.f32, eps, add_one, x.cols, y.data);
   check_launch("add_rmsnorm");
 }
 
@@ -310,19 +317,31 @@ void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopePara
   TF_CHECK(x.rows == 0 || pos != nullptr, "rope: null positions");
   const int half = p.rot_dim / 2;
   if (half == 0 || x.rows == 0) return;
-  // Rows index the grid, a row's pairs an int, and the cos/sin table fits in shared memory.
+  // Rows index the grid and a row's pairs an int.
   TF_CHECK(x.rows <= 0x7fffffff && x.cols <= (int64_t{1} << 30) && half <= 4096, "rope: x [",
            x.rows, " x ", x.cols, "] with rot_dim ", p.rot_dim, " exceeds the kernel's limits");
   const uint64_t pos_bytes = static_cast<uint64_t>(x.rows) * 4, off = (pos_bytes + 15) / 16 * 16;
-  // Positions and frequencies go up as one blob, so q and k of every layer reuse one upload.
-  std::vector<uint8_t> blob(off + static_cast<uint64_t>(half) * 4, 0);
+  // Positions, frequencies and mscale make one blob; the table of its cos/sin is computed once
+  // and kept while the blob stays the same (q and k of every layer of a round).
+  std::vector<uint8_t> blob(off + static_cast<uint64_t>(half) * 4 + 4, 0);
   std::memcpy(blob.data(), pos, pos_bytes);
   std::memcpy(blob.data() + off, p.inv_freq.data(), static_cast<uint64_t>(half) * 4);
-  auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-  rope_kernel<<<static_cast<unsigned>(x.rows), kRopeThreads, 2 * static_cast<size_t>(half) * 4,
-                stream()>>>(x.data, x.cols, n_heads, p.head_dim, half, p.neox,
-                            reinterpret_cast<const int32_t*>(s),
-                            reinterpret_cast<const float*>(s + off), p.mscale);
+  std::memcpy(blob.data() + off + static_cast<uint64_t>(half) * 4, &p.mscale, 4);
+  const int64_t pairs = x.rows * half;
+  auto* cs = static_cast<float*>(buffer(kSlotRope, static_cast<uint64_t>(pairs) * 2 * sizeof(float)));
+  if (cs != rope_table_ || blob != rope_blob_) {
+    rope_blob_.clear();
+    auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
+    launch_kernel(rope_table_kernel, grid_for(pairs, 256), 256, 0, reinterpret_cast<const int32_t*>(s),
+                  reinterpret_cast<const float*>(s + off), half, p.mscale, pairs, cs);
+    check_launch("rope");
+    rope_blob_ = std::move(blob);
+    rope_table_ = cs;
+  }
+  const int total = n_heads * half;
+  const dim3 grid(static_cast<unsigned>(x.rows),
+                  static_cast<unsigned>(std::min<int64_t>((total + kRopeThreads - 1) / kRopeThreads, 65535)));
+  launch_kernel(rope_kernel, grid, kRopeThreads, 0, x.data, x.cols, n_heads, p.head_dim, half, p.neox, cs);
   check_launch("rope");
 }
 
@@ -339,11 +358,10 @@ void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor 
   if (n == 0) return;
   const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
   if (vec4(n, {gate.data, up.data, out.data}))
-    act_mul4_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(
-        a, reinterpret_cast<const float4*>(gate.data), reinterpret_cast<const float4*>(up.data),
+    launch_kernel(act_mul4_kernel, grid_for(n / 4, 256), 256, 0, a, reinterpret_cast<const float4*>(gate.data), reinterpret_cast<const float4*>(up.data),
         reinterpret_cast<float4*>(out.data), n / 4);
   else
-    act_mul_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(a, gate.data, up.data, out.data, n);
+    launch_kernel(act_mul_kernel, grid_for(n, 256), 256, 0, a, gate.data, up.data, out.data, n);
   check_launch("act_mul");
 }
 
@@ -356,10 +374,9 @@ void CudaBackend::add(Tensor y, const Tensor& x) {
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
   if (vec4(n, {y.data, x.data}))
-    add4_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(
-        reinterpret_cast<float4*>(y.data), reinterpret_cast<const float4*>(x.data), n / 4);
+    launch_kernel(add4_kernel, grid_for(n / 4, 256), 256, 0, reinterpret_cast<float4*>(y.data), reinterpret_cast<const float4*>(x.data), n / 4);
   else
-    add_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(y.data, x.data, n);
+    launch_kernel(add_kernel, grid_for(n, 256), 256, 0, y.data, x.data, n);
   check_launch("add");
 }
 
@@ -369,10 +386,10 @@ void CudaBackend::scale(Tensor x, float s) {
   const int64_t n = x.rows * x.cols;
   if (n == 0) return;
   if (vec4(n, {x.data}))
-    scale4_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(reinterpret_cast<float4*>(x.data), s,
+    launch_kernel(scale4_kernel, grid_for(n / 4, 256), 256, 0, reinterpret_cast<float4*>(x.data), s,
                                                               n / 4);
   else
-    scale_kernel<<<grid_for(n, 256), 256, 0, stream()>>>(x.data, s, n);
+    launch_kernel(scale_kernel, grid_for(n, 256), 256, 0, x.data, s, n);
   check_launch("scale");
 }
 
@@ -388,7 +405,7 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
   const int64_t n = logits.cols;
   const uint64_t total = static_cast<uint64_t>(logits.rows * n);
   auto* d_prob = reinterpret_cast<float*>(scratch(total * 4));
-  softmax_kernel<<<static_cast<unsigned>(logits.rows), kRowThreads, 0, stream()>>>(logits.data, n,
+  launch_kernel(softmax_kernel, static_cast<unsigned>(logits.rows), kRowThreads, 0, logits.data, n,
                                                                                    d_prob);
   check_launch("topk_softmax");
   std::vector<float> prob(total);
@@ -419,7 +436,7 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Ten
   const int64_t total = n * src.cols;
   if (total == 0) return;
   auto* d_rows = static_cast<const int32_t*>(meta(rows, static_cast<uint64_t>(n) * 4));
-  gather_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(src.data, d_rows, src.cols, dst.data,
+  launch_kernel(gather_kernel, grid_for(total, 256), 256, 0, src.data, d_rows, src.cols, dst.data,
                                                             total);
   check_launch("gather_rows");
 }
@@ -434,8 +451,7 @@ void CudaBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_
   std::memcpy(blob.data(), rows, static_cast<uint64_t>(n) * 4);
   std::memcpy(blob.data() + off, w, static_cast<uint64_t>(n) * 4);
   auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-  scatter_kernel<<<grid_for(dst.cols, 128), 128, 0, stream()>>>(
-      dst.data, src.data, reinterpret_cast<const int32_t*>(s),
+  launch_kernel(scatter_kernel, grid_for(dst.cols, 128), 128, 0, dst.data, src.data, reinterpret_cast<const int32_t*>(s),
       reinterpret_cast<const float*>(s + off), n, dst.cols);
   check_launch("scatter_add_scaled");
 }

@@ -158,6 +158,8 @@ struct ConvArgs {
 
 // One thread per (sequence, channel): the K - 1 inputs before each row live in registers.
 __global__ void conv_kernel(ConvArgs a) {
+  grid_wait();
+  grid_launch_next();
   const SeqJob j = a.jobs[blockIdx.x];
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
   if (c >= a.C) return;
@@ -216,6 +218,8 @@ struct SsmArgs {
 // Step form: warp per channel p of the head; lane holds h[p][n] for n = lane (mod 32); per row
 // h = a h + (dt x) B, y = (lane sums of h C in n order, then the xor butterfly) + D x.
 __global__ void __launch_bounds__(kSsmStepWarps * 32) ssm_step_kernel(SsmArgs a) {
+  grid_wait();
+  grid_launch_next();
   const SeqJob j = a.jobs[blockIdx.x];
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int N = a.N, P = a.P, g = h / a.hpg;
@@ -264,6 +268,8 @@ __global__ void __launch_bounds__(kSsmStepWarps * 32) ssm_step_kernel(SsmArgs a)
 // cum = prefix sum of A dt (one thread, in order); y_t = exp(cum_t) C_t.h0 + sum_{s<=t}
 // exp(cum_t - cum_s) dt_s (C_t.B_s) x_s + D x_t; h = exp(cum_L) h0 + sum_s exp(cum_L - cum_s) dt_s x_s B_s.
 __global__ void __launch_bounds__(kSsmThreads) ssm_chunk_kernel(SsmArgs a) {
+  grid_wait();
+  grid_launch_next();
   extern __shared__ float sm[];
   const SeqJob j = a.jobs[blockIdx.x];
   const int h = blockIdx.y, p0 = blockIdx.z * a.pt, np = min(a.pt, a.P - p0);
@@ -350,8 +356,8 @@ void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight*
   ConvArgs a{x.data, out.data, dt_code(w.dtype), w.data, w.scales, b, st.pool, st.keep_pool,
              d.chunked, d.keep, C, K, silu};
   TF_CHECK(grid_for(C, kConvThreads) <= 65535u, "conv1d_causal: ", C, " channels");
-  conv_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
-                kConvThreads, 0, stream()>>>(a);
+  launch_kernel(conv_kernel, dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
+                kConvThreads, 0, a);
   check_launch("conv1d_causal");
 }
 
@@ -385,8 +391,8 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
             al, dd, db, st.pool, st.keep_pool, d.step, d.keep, y.data, y.cols, p.head_dim,
             p.state_size, p.heads / p.groups, p.chunk, pt, p.dt_min, p.dt_max};
   if (!jobs.step.empty()) {
-    ssm_step_kernel<<<dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
-                      kSsmStepWarps * 32, 0, stream()>>>(a);
+    launch_kernel(ssm_step_kernel, dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
+                      kSsmStepWarps * 32, 0, a);
     check_launch(op);
   }
   if (!jobs.chunked.empty()) {
@@ -398,9 +404,9 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
     TF_CUDA_CHECK(cudaFuncSetAttribute(ssm_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)), op);
     const unsigned tiles = static_cast<unsigned>((p.head_dim + pt - 1) / pt);
-    ssm_chunk_kernel<<<dim3(static_cast<unsigned>(jobs.chunked.size()),
+    launch_kernel(ssm_chunk_kernel, dim3(static_cast<unsigned>(jobs.chunked.size()),
                             static_cast<unsigned>(p.heads), tiles),
-                       kSsmThreads, smem, stream()>>>(a);
+                       kSsmThreads, smem, a);
     check_launch(op);
   }
 }

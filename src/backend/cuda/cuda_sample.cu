@@ -122,6 +122,8 @@ __device__ double canonical_sum(const RowRule& r, float th, double* cs, double* 
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* __restrict__ logits, int64_t V, const SampleSpec* __restrict__ specs,
                   const PenaltyToken* __restrict__ pens, float* scratch, float* penalized_rows, int32_t* ids) {
+  grid_wait();
+  grid_launch_next();
   __shared__ double cs[kSampleMaxChunks], tree[kSampleMaxChunks];
   const SampleSpec s = specs[blockIdx.x];
   const float* w = logits + static_cast<int64_t>(s.row) * V;
@@ -247,8 +249,7 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
   for (const SampleSpec& s : specs) weighted += s.temperature > 0.0f && s.top_k != 1 ? 1 : 0;
   auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
                            : nullptr;
-  sample_kernel<<<static_cast<unsigned>(specs.size()), kSampleThreads, 0, stream()>>>(
-      logits.data, logits.cols, d_specs, d_pens, scratch, rows, d_ids);
+  launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data, logits.cols, d_specs, d_pens, scratch, rows, d_ids);
   check_launch("sample_rows");
   TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, specs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "sample_rows");
 }

@@ -23,6 +23,42 @@ namespace tf::cuda {
 // with the legacy stream, so synchronous copies still see every earlier kernel.
 cudaStream_t stream();
 
+// Programmatic dependent launch (sm_90): a kernel started by launch_kernel() may begin while the kernel
+// before it still runs, hiding the launch gap; it calls grid_wait() before it touches memory
+// that an earlier kernel writes or reads. On by default where the device has it; TF_CUDA_PDL=0
+// turns it off (side-by-side timing).
+bool pdl_on();
+
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream start once every block of this one has called it.
+__device__ __forceinline__ void grid_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel on the backend's stream, allowed to overlap the kernel before it (pdl_on());
+// errors surface through check_launch like a <<<>>> launch's.
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_on() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+}
+
 // Blocks of a 1-D launch covering n items, at least 1.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
