@@ -20,9 +20,9 @@ struct Rows {
 };
 
 // Llama-3.1-8B on an H200: 32 heads over 8, 4 heads a block, 16 rows a group.
-PlanArgs llama(const Rows& r, bool flash = true, uint64_t cap = 256ull << 20) {
+PlanArgs llama(const Rows& r, bool flash = true, uint64_t cap = 256ull << 20, int flash_split = -1) {
   return {r.pos.data(), r.first.data(), r.seq.data(), static_cast<int>(r.pos.size()), 16, 4, 8, 132, flash,
-          32ull * 130 * 4, cap};
+          flash_split, 32ull * 130 * 4, cap};
 }
 
 // Every property the kernels rely on, whatever the plan chose.
@@ -53,8 +53,17 @@ void check_plan(const PlanArgs& a, const Plan& pl) {
     ASSERT_LT(g, ng);
     const bool flash_item = i / 2 < pl.n_flash;
     if (flash_item) {
-      ASSERT_EQ(s, -1);
       ASSERT_TRUE(a.flash);
+      if (s >= 0) {
+        // Chunk s of the group's splits: the splits themselves must each be covered once.
+        ASSERT_NE(a.flash_split, 0);
+        ASSERT_GE(pl.chunk, 1);
+        const int s_lo = a.first[pl.grp[g]] / kSplit, s_hi = a.pos[pl.grp[g + 1] - 1] / kSplit;
+        ASSERT_LE(s_lo + s * pl.chunk, s_hi) << "an empty chunk";
+        for (int k = s_lo + s * pl.chunk; k <= std::min(s_hi, s_lo + (s + 1) * pl.chunk - 1); ++k)
+          ASSERT_TRUE(splits[g].insert(k).second) << "split " << k << " of group " << g << " twice";
+        continue;
+      }
       ASSERT_GT((pl.grp[g + 1] - pl.grp[g]) * a.hpb, 16) << "a small group went to the flash kernel";
     }
     if (s < 0) {
@@ -128,15 +137,37 @@ TEST(AttentionPlan, ShortPrefillStaysWholeOnFlashButSplitsOnTheTileKernel) {
   EXPECT_GT(tile.slots, 0);
 }
 
-TEST(AttentionPlan, DecodeRowsSplitAndNeverReachFlash) {
+TEST(AttentionPlan, ManyDecodeSplitsGoToFlashInChunks) {
   Rows r;
   for (int s = 0; s < 64; ++s) r.add(s, 700 + 37 * s, 1);
+  // 64 rows of 11 to 48 splits, 8 head blocks each: 15,184 split blocks, 14 splits a flash block.
   const PlanArgs a = llama(r);
   const Plan pl = plan_attention(a);
   check_plan(a, pl);
-  EXPECT_EQ(pl.n_flash, 0u);
   EXPECT_EQ(pl.brows.size(), 64u);
-  EXPECT_EQ(pl.most_rows, 1);
+  EXPECT_EQ(pl.chunk, 14);
+  EXPECT_EQ(pl.items.size() / 2, pl.n_flash);
+  // Without flash splits the tile kernel takes every split, one a block.
+  const PlanArgs b = llama(r, true, 256ull << 20, 0);
+  const Plan tile = plan_attention(b);
+  check_plan(b, tile);
+  EXPECT_EQ(tile.n_flash, 0u);
+  EXPECT_EQ(tile.most_rows, 1);
+  EXPECT_EQ(tile.slots, pl.slots);
+  // Few split blocks (one decode row): the tile kernel, one split a block.
+  Rows one_row;
+  one_row.add(0, 700, 1);
+  const Plan few = plan_attention(llama(one_row));
+  check_plan(llama(one_row), few);
+  EXPECT_EQ(few.n_flash, 0u);
+  EXPECT_EQ(few.items.size(), 2u * 11);
+  // Forced (TF_CUDA_FLASH_SPLIT=3, for the contract): the flash kernel, three splits a block.
+  const PlanArgs forced = llama(one_row, true, 256ull << 20, 3);
+  const Plan f3 = plan_attention(forced);
+  check_plan(forced, f3);
+  EXPECT_EQ(f3.chunk, 3);
+  EXPECT_EQ(f3.n_flash, 4u);
+  EXPECT_EQ(f3.items.size(), 2u * 4);
   // A decode row inside its first split has one split: it runs whole on the tile kernel.
   Rows short_ctx;
   short_ctx.add(0, 40, 1);

@@ -24,17 +24,22 @@ struct PlanArgs {
   int hpb;      // heads a block takes: a group's pairs are its rows times hpb
   int yblocks;  // blocks per group along the heads
   int sms;
-  bool flash;  // the flash kernel takes this head dim
+  bool flash;        // the flash kernel takes this head dim
+  int flash_split;  // split-mode groups too: 0 never, -1 when they are many, n > 0 always, n splits a block
   uint64_t slot_bytes;         // bytes of one split's partials for one row
   uint64_t max_partial_bytes;  // cap on all partials
 };
 
 struct Plan {
   std::vector<int32_t> grp;       // [groups + 1] first row of each group
-  std::vector<int32_t> items;     // (group, split) pairs: flash groups, tile whole groups (split -1), then splits
+  // (group, split) pairs: the flash kernel's items first, (group, -1) for a whole group or
+  // (group, c) for its splits c * chunk.. (at most chunk); then the tile kernel's, (group, -1)
+  // for a whole group, then (group, s) for each split s.
+  std::vector<int32_t> items;
   std::vector<int32_t> part_off;  // split-mode rows: first partial slot
   std::vector<int32_t> brows;     // split-mode rows, for the merge
   unsigned n_flash = 0;           // items for the flash kernel, at the front
+  int chunk = 1;                  // splits a flash block of a split-mode group walks
   int most_rows = 1;              // rows of the largest group the tile kernel takes
   int64_t slots = 0;              // partial slots in all
 };
@@ -53,6 +58,17 @@ inline Plan plan_attention(const PlanArgs& a) {
   pl.grp.push_back(a.rows);
   const int ng = static_cast<int>(pl.grp.size()) - 1;
   const bool few = static_cast<int64_t>(ng) * a.yblocks < 2 * static_cast<int64_t>(a.sms);
+  // Split-mode blocks go to the flash kernel when there are many: it streams a block's splits
+  // by cp.async, in chunks that leave about eight blocks an SM.
+  int64_t split_blocks = 0;
+  for (int g = 0; g < ng; ++g) {
+    const int s_lo = a.first[at(pl.grp[at(g)])] / kSplit, s_hi = a.pos[at(pl.grp[at(g) + 1] - 1)] / kSplit;
+    if (s_hi > s_lo) split_blocks += static_cast<int64_t>(s_hi - s_lo + 1) * a.yblocks;
+  }
+  const int64_t target = 8 * static_cast<int64_t>(a.sms);
+  const bool flash_split = a.flash && (a.flash_split > 0 || (a.flash_split < 0 && split_blocks >= target));
+  if (flash_split)
+    pl.chunk = a.flash_split > 0 ? a.flash_split : static_cast<int>(std::clamp<int64_t>(split_blocks / target, 1, 16));
   pl.part_off.assign(at(a.rows), 0);
   std::vector<int32_t> whole, splits;
   for (int g = ng - 1; g >= 0; --g) {
@@ -67,7 +83,7 @@ inline Plan plan_attention(const PlanArgs& a) {
       pl.items.insert(pl.items.end(), {g, -1});
       continue;
     }
-    pl.most_rows = std::max(pl.most_rows, r1 - r0);
+    if (!split_mode || !flash_split) pl.most_rows = std::max(pl.most_rows, r1 - r0);
     if (!split_mode) {
       whole.insert(whole.end(), {g, -1});
       continue;
@@ -77,7 +93,11 @@ inline Plan plan_attention(const PlanArgs& a) {
       pl.slots += row_splits(a.pos[at(r)], a.first[at(r)]);
       pl.brows.push_back(r);
     }
-    for (int s = s_lo; s <= s_hi; ++s) splits.insert(splits.end(), {g, s});
+    if (flash_split) {
+      for (int c = 0; c * pl.chunk <= s_hi - s_lo; ++c) pl.items.insert(pl.items.end(), {g, c});
+    } else {
+      for (int s = s_lo; s <= s_hi; ++s) splits.insert(splits.end(), {g, s});
+    }
   }
   pl.n_flash = static_cast<unsigned>(pl.items.size() / 2);
   pl.items.insert(pl.items.end(), whole.begin(), whole.end());

@@ -317,13 +317,24 @@ size_t attention_smem(int mt, int hd_pad) {
          sizeof(float);
 }
 
-// TF_CUDA_FLASH=0 sends whole-mode groups to the tile kernel, for timing.
+// TF_CUDA_FLASH=0 sends every group to the tile kernel, TF_CUDA_FLASH_SPLIT=0 only the
+// split-mode ones, for timing; TF_CUDA_FLASH_SPLIT=n sends split-mode groups to the flash kernel
+// always, n splits a block, for the contract.
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
+}
 bool flash_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_FLASH");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_on("TF_CUDA_FLASH");
   return on;
+}
+int flash_split_mode() {
+  static const int mode = [] {
+    const char* e = std::getenv("TF_CUDA_FLASH_SPLIT");
+    const int n = e ? std::atoi(e) : -1;
+    return e && std::string(e) == "0" ? 0 : n >= 1 && n <= 64 ? n : -1;
+  }();
+  return mode;
 }
 
 template <int NC, int MT>
@@ -422,7 +433,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int yblocks = p.n_heads / hpb;
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
   const Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks,
-                                  sms, flash_takes(hd) && flash_on(), slot_bytes, kMaxPartialBytes});
+                                  sms, flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
+                                  kMaxPartialBytes});
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
@@ -447,7 +459,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   AttnArgs a{q.data, out.data, kv.k_layer(layer), kv.v_layer(layer), d_meta + at[0],
              d_meta + at[1], d_meta + at[2], d_meta + at[3], d_meta + at[4], d_meta + at[5],
              d_meta + at[7], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
-             p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap};
+             p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap,
+             pl.chunk};
   // The flash kernel's groups come first in items, then the tile kernel's.
   const unsigned n_flash = pl.n_flash, n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
   const auto yb = static_cast<unsigned>(yblocks);

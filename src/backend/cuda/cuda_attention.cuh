@@ -31,6 +31,7 @@ struct Args {
   int hpb;       // heads per block (a divisor of group)
   int64_t ldq;
   float scale, softcap;
+  int chunk;  // flash blocks of split-mode groups: consecutive splits a block walks
 };
 
 // The fold of one split into the running state; the merge kernel runs the same operations.

@@ -24,13 +24,16 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   float* ks = qs + kPairs * kKs;              // [kSplit][kKs]
   float* vs = ks + kSplit * kKs;              // [kSplit][kKs]
   auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
-  const int g = a.items[2 * blockIdx.x];
+  // c < 0: the whole group, folded; c >= 0: its splits c * chunk.. (at most chunk), a partial each.
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const bool part = c >= 0;
   const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
   const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
   const int P = nrows * a.hpb, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
   const int32_t lo = a.row_first[r0], hi = a.row_pos[r0 + nrows - 1];
-  const int s0 = lo / kSplit, s1 = hi / kSplit;
+  const int s0 = lo / kSplit + (part ? c * a.chunk : 0);
+  const int s1 = part ? min(hi / kSplit, s0 + a.chunk - 1) : hi / kSplit;
   const int32_t* pt = a.pages + a.row_pages[r0];
   const int64_t head_off = static_cast<int64_t>(kvh) * hd;
   auto fill_slots = [&](int s, int buf) {
@@ -113,7 +116,15 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
         if (klo > khi) continue;
-        if (!started[h]) {
+        if (part) {
+          const int p = 16 * warp + gq + 8 * h;
+          if (tq == 0) {
+            const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
+            a.part_ml[2 * slot] = mx;
+            a.part_ml[2 * slot + 1] = lsum;
+          }
+          mode[h] = 1;
+        } else if (!started[h]) {
           m[h] = mx, l[h] = lsum, started[h] = true, mode[h] = 1;
         } else {
           const float mn = fmaxf(m[h], mx);
@@ -153,6 +164,21 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
             mma3_shared_a(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
           }
         }
+        if (part) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (mode[h] == 0) continue;
+            const int p = 16 * warp + gq + 8 * h;
+            float* dst = a.part_acc + part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s) * hd;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const int d = 8 * (8 * half + j) + 2 * tq;
+              if (d < hd) dst[d] = os[j][2 * h];
+              if (d + 1 < hd) dst[d + 1] = os[j][2 * h + 1];
+            }
+          }
+          continue;
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -166,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     }
     __syncthreads();
   }
-  if (!busy) return;
+  if (!busy || part) return;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int p = 16 * warp + gq + 8 * h;
