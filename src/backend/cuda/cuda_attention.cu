@@ -338,7 +338,7 @@ int flash_split_mode() {
 }
 
 template <int NC, int MT>
-void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem) {
+void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem, int sms) {
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
     const size_t most = attention_smem(MT, NC * kChunk);
@@ -348,7 +348,9 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
                   "attention: shared memory of ", most, " bytes");
     ready.store(true);
   }
-  launch_kernel(attention_kernel<NC, MT>, dim3(items, yblocks), kThreads, smem, a);
+  // Up to a block an SM may overlap the kernel before it; more start on an idle device.
+  const bool overlap = static_cast<int64_t>(items) * yblocks <= sms;
+  launch_on_stream(overlap, attention_kernel<NC, MT>, dim3(items, yblocks), kThreads, smem, a);
 }
 }  // namespace
 
@@ -472,13 +474,13 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   }
   if (n_items > 0) {
     const size_t smem = attention_smem(mt, hd_pad);
-    if (nc == 1 && mt == 1) launch_attention<1, 1>(a, n_items, yb, smem);
-    else if (nc == 1 && mt == 2) launch_attention<1, 2>(a, n_items, yb, smem);
-    else if (nc == 1) launch_attention<1, 4>(a, n_items, yb, smem);
-    else if (nc == 2 && mt == 1) launch_attention<2, 1>(a, n_items, yb, smem);
-    else if (nc == 2) launch_attention<2, 2>(a, n_items, yb, smem);
-    else if (nc == 3) launch_attention<3, 1>(a, n_items, yb, smem);
-    else launch_attention<4, 1>(a, n_items, yb, smem);
+    if (nc == 1 && mt == 1) launch_attention<1, 1>(a, n_items, yb, smem, sms);
+    else if (nc == 1 && mt == 2) launch_attention<1, 2>(a, n_items, yb, smem, sms);
+    else if (nc == 1) launch_attention<1, 4>(a, n_items, yb, smem, sms);
+    else if (nc == 2 && mt == 1) launch_attention<2, 1>(a, n_items, yb, smem, sms);
+    else if (nc == 2) launch_attention<2, 2>(a, n_items, yb, smem, sms);
+    else if (nc == 3) launch_attention<3, 1>(a, n_items, yb, smem, sms);
+    else launch_attention<4, 1>(a, n_items, yb, smem, sms);
   }
   check_launch("attention");
   if (!brows.empty()) {

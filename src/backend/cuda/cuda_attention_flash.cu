@@ -217,7 +217,7 @@ void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
                   "attention: shared memory of ", kSmem, " bytes");
     ready.store(true);
   }
-  launch_kernel(flash_kernel, dim3(n_items, yblocks), kThreads, kSmem, a);
+  launch_kernel_whole(flash_kernel, dim3(n_items, yblocks), kThreads, kSmem, a);
 }
 
 }  // namespace tf::cuda::attn

@@ -283,7 +283,7 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, BM, BN, x, y, sp);
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
-  launch_kernel(kern, grid, WM * WN * 32, kSmem, x.data, x.rows, x.cols, w.data, w.scales, bias,
+  launch_kernel_whole(kern, grid, WM * WN * 32, kSmem, x.data, x.rows, x.cols, w.data, w.scales, bias,
                                                 y.data, y.cols, vec_x, vec_w, sp);
 }
 

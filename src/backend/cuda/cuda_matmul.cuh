@@ -255,7 +255,7 @@ void launch_planes(CudaBackend& be, Kern kern, bool& raised, int smem, int threa
                    const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
                    const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, smem, bm, bn, x, y, sp);
-  launch_kernel(kern, grid, threads, smem, xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp);
+  launch_kernel_whole(kern, grid, threads, smem, xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp);
 }
 
 // More than 16 rows of BF16 weights with K % 8 == 0 on the split sp, x split once and tiles

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "base/dtype.h"
 #include "base/error.h"
@@ -42,10 +43,11 @@ __device__ __forceinline__ void grid_launch_next() {
 #endif
 }
 
-// Launches kernel on the backend's stream, allowed to overlap the kernel before it (pdl_on());
-// errors surface through check_launch like a <<<>>> launch's.
+// Launches kernel on the backend's stream, overlapping the kernel before it when `overlap` and
+// pdl_on(); errors surface through check_launch like a <<<>>> launch's.
 template <class... P, class... A>
-void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+void launch_on_stream(bool overlap, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                      A&&... args) {
   cudaLaunchAttribute attr[1] = {};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -55,8 +57,21 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream();
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_on() ? 1 : 0;
+  cfg.numAttrs = overlap && pdl_on() ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+}
+
+// A launch that may overlap the kernel before it.
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  launch_on_stream(true, kernel, grid, block, smem, std::forward<A>(args)...);
+}
+
+// A launch that starts once the kernel before it has ended, for tile kernels of about a wave:
+// blocks placed while that kernel's blocks drain would crowd the SMs freed first.
+template <class... P, class... A>
+void launch_kernel_whole(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+  launch_on_stream(false, kernel, grid, block, smem, std::forward<A>(args)...);
 }
 
 // Blocks of a 1-D launch covering n items, at least 1.
