@@ -154,9 +154,13 @@ int cmd_bench(int argc, char** argv) {
       best.tg_tps = std::max(best.tg_tps, x.tg_tps);
     }
     if (json)
-      std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, \"tg\": %d, \"depth\": %d, \"temperature\": %g, \"top_p\": %g, \"pp_tps\": %.2f, \"tg_tps\": %.2f}\n",
-                  (model.empty() ? default_model_path() : model).c_str(), s->backend->name().c_str(), s->backend->threads(), b, pp, tg, depth,
-                  static_cast<double>(sampling.temperature), static_cast<double>(sampling.top_p), best.pp_tps, best.tg_tps);
+      std::printf(
+          "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, "
+          "\"tg\": %d, \"depth\": %d, \"temperature\": %g, \"top_p\": %g, \"pp_tps\": %.2f, "
+          "\"tg_tps\": %.2f}\n",
+          (model.empty() ? default_model_path() : model).c_str(), s->backend->name().c_str(),
+          s->backend->threads(), b, pp, tg, depth, static_cast<double>(sampling.temperature),
+          static_cast<double>(sampling.top_p), best.pp_tps, best.tg_tps);
     else
       std::printf("%-6d %8d %8d %12.2f %12.2f\n", b, pp, tg, best.pp_tps, best.tg_tps);
     std::fflush(stdout);

@@ -20,9 +20,20 @@ struct Rows {
 };
 
 // Llama-3.1-8B on an H200: 32 heads over 8, 4 heads a block, 16 rows a group.
-PlanArgs llama(const Rows& r, bool flash = true, uint64_t cap = 256ull << 20, int flash_split = -1) {
-  return {r.pos.data(), r.first.data(), r.seq.data(), static_cast<int>(r.pos.size()), 16, 4, 8, 132, flash,
-          flash_split, 32ull * 130 * 4, cap};
+PlanArgs llama(const Rows& r, bool flash = true, uint64_t cap = 256ull << 20,
+               int flash_split = -1) {
+  return {r.pos.data(),
+          r.first.data(),
+          r.seq.data(),
+          static_cast<int>(r.pos.size()),
+          16,
+          4,
+          8,
+          132,
+          flash,
+          flash_split,
+          32ull * 130 * 4,
+          cap};
 }
 
 // Every property the kernels rely on, whatever the plan chose.

@@ -24,8 +24,8 @@ struct PlanArgs {
   int hpb;      // heads a block takes: a group's pairs are its rows times hpb
   int yblocks;  // blocks per group along the heads
   int sms;
-  bool flash;        // the flash kernel takes this head dim
-  int flash_split;  // split-mode groups too: 0 never, -1 when they are many, n > 0 always, n splits a block
+  bool flash;       // the flash kernel takes this head dim
+  int flash_split;  // split-mode groups too: 0 never, -1 when many, n > 0 always (n splits a block)
   uint64_t slot_bytes;         // bytes of one split's partials for one row
   uint64_t max_partial_bytes;  // cap on all partials
 };
@@ -62,13 +62,17 @@ inline Plan plan_attention(const PlanArgs& a) {
   // by cp.async, in chunks that leave about eight blocks an SM.
   int64_t split_blocks = 0;
   for (int g = 0; g < ng; ++g) {
-    const int s_lo = a.first[at(pl.grp[at(g)])] / kSplit, s_hi = a.pos[at(pl.grp[at(g) + 1] - 1)] / kSplit;
+    const int s_lo = a.first[at(pl.grp[at(g)])] / kSplit,
+              s_hi = a.pos[at(pl.grp[at(g) + 1] - 1)] / kSplit;
     if (s_hi > s_lo) split_blocks += static_cast<int64_t>(s_hi - s_lo + 1) * a.yblocks;
   }
   const int64_t target = 8 * static_cast<int64_t>(a.sms);
-  const bool flash_split = a.flash && (a.flash_split > 0 || (a.flash_split < 0 && split_blocks >= target));
+  const bool flash_split =
+      a.flash && (a.flash_split > 0 || (a.flash_split < 0 && split_blocks >= target));
   if (flash_split)
-    pl.chunk = a.flash_split > 0 ? a.flash_split : static_cast<int>(std::clamp<int64_t>(split_blocks / target, 1, 16));
+    pl.chunk = a.flash_split > 0
+                   ? a.flash_split
+                   : static_cast<int>(std::clamp<int64_t>(split_blocks / target, 1, 16));
   pl.part_off.assign(at(a.rows), 0);
   std::vector<int32_t> whole, splits;
   for (int g = ng - 1; g >= 0; --g) {

@@ -378,7 +378,7 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
   auto* d_dst = static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
   const int64_t total = k.rows * width;
   launch_kernel(kv_store_kernel, grid_for(total, 256), 256, 0, kv.k_layer(layer), kv.v_layer(layer),
-                                                              k.data, v.data, d_dst, width, total);
+                k.data, v.data, d_dst, width, total);
   check_launch("kv_store");
 }
 
@@ -435,8 +435,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int yblocks = p.n_heads / hpb;
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
   const Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks,
-                                  sms, flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
-                                  kMaxPartialBytes});
+                                  sms, flash_takes(hd) && flash_on(), flash_split_mode(),
+                                  slot_bytes, kMaxPartialBytes});
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
@@ -484,9 +484,9 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   }
   check_launch("attention");
   if (!brows.empty()) {
-    launch_kernel(attention_merge_kernel, dim3(static_cast<unsigned>(p.n_heads),
-                                  static_cast<unsigned>(brows.size())),
-                             128, 0, a, d_meta + at[6]);
+    launch_kernel(attention_merge_kernel,
+                  dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(brows.size())), 128,
+                  0, a, d_meta + at[6]);
     check_launch("attention merge");
   }
 }

@@ -72,9 +72,17 @@ struct GroupedRows {
   const float* x2 = nullptr;
 };
 
-// The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's ids,
-// weights and penalized rows, rope's cos/sin table.
-enum BufferSlot : int { kSlotMoe = 0, kSlotMoeCount = 8, kSlotSplitX = kSlotMoe + kSlotMoeCount, kSlotSample, kSlotSampleWeights, kSlotSamplePenalized, kSlotRope };
+// The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's
+// ids, weights and penalized rows, rope's cos/sin table.
+enum BufferSlot : int {
+  kSlotMoe = 0,
+  kSlotMoeCount = 8,
+  kSlotSplitX = kSlotMoe + kSlotMoeCount,
+  kSlotSample,
+  kSlotSampleWeights,
+  kSlotSamplePenalized,
+  kSlotRope
+};
 
 class CudaBackend : public Backend {
  public:
@@ -187,7 +195,7 @@ class CudaBackend : public Backend {
   uint8_t* meta_dev_ = nullptr;
   uint64_t meta_cap_ = 0, meta_used_ = 0;
   std::vector<MetaEntry> meta_recent_;  // uploads since the ring last wrapped, newest last
-  std::vector<uint8_t> rope_blob_;  // the positions, frequencies and mscale rope_table_ holds
+  std::vector<uint8_t> rope_blob_;      // the positions, frequencies and mscale rope_table_ holds
   const float* rope_table_ = nullptr;
   float* partials_ = nullptr;
   uint64_t partials_n_ = 0;

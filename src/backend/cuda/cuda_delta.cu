@@ -267,9 +267,9 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
     const size_t smem = (2 * static_cast<size_t>(p.k_dim) + 4) * 4;
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)), op);
-    launch_kernel(delta_step_kernel, dim3(static_cast<unsigned>(jobs.step.size()),
-                             static_cast<unsigned>(p.v_heads)),
-                        kStepThreads, smem, args);
+    launch_kernel(delta_step_kernel,
+                  dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.v_heads)),
+                  kStepThreads, smem, args);
     check_launch(op);
   }
   if (!jobs.chunked.empty()) {
@@ -277,9 +277,10 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(csmem)), op);
     const unsigned tiles = static_cast<unsigned>((p.v_dim + vt - 1) / vt);
-    launch_kernel(delta_chunk_kernel, dim3(static_cast<unsigned>(jobs.chunked.size()),
-                              static_cast<unsigned>(p.v_heads), tiles),
-                         kChunkThreads, csmem, args);
+    launch_kernel(
+        delta_chunk_kernel,
+        dim3(static_cast<unsigned>(jobs.chunked.size()), static_cast<unsigned>(p.v_heads), tiles),
+        kChunkThreads, csmem, args);
     check_launch(op);
   }
 }

@@ -97,7 +97,7 @@ void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
   launch_kernel(mul_sigmoid_kernel, grid_for(n, 256), 256, 0, y.data, y.cols, gate.at(0),
-                                                             gate.t.cols, n);
+                gate.t.cols, n);
   check_launch("mul_sigmoid");
 }
 
@@ -127,9 +127,9 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
   const int64_t groups = x.cols / group;
   TF_CHECK(x.rows <= 0x7fffffff && groups <= 65535, "gated_rmsnorm: ", x.rows, " rows of ", groups,
            " groups");
-  launch_kernel(gated_rmsnorm_kernel, dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)),
-                         kNormThreads, 0, x.data, x.cols, z.at(0), z.t.cols, g, group,
-                                                      eps, norm_first, y.data);
+  launch_kernel(gated_rmsnorm_kernel,
+                dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)), kNormThreads, 0,
+                x.data, x.cols, z.at(0), z.t.cols, g, group, eps, norm_first, y.data);
   check_launch("gated_rmsnorm");
 }
 
@@ -160,7 +160,8 @@ void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias,
   if (logits.rows == 0) return;
   const uint64_t total = static_cast<uint64_t>(logits.rows * n);
   auto* d_s = reinterpret_cast<float*>(scratch(total * 4));
-  launch_kernel(sigmoid_kernel, grid_for(static_cast<int64_t>(total), 256), 256, 0, logits.data, d_s, static_cast<int64_t>(total));
+  launch_kernel(sigmoid_kernel, grid_for(static_cast<int64_t>(total), 256), 256, 0, logits.data,
+                d_s, static_cast<int64_t>(total));
   check_launch(op);
   std::vector<float> sc(total), hb;
   TF_CUDA_CHECK(cudaMemcpy(sc.data(), d_s, total * 4, cudaMemcpyDeviceToHost), op);

@@ -283,8 +283,8 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, BM, BN, x, y, sp);
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
-  launch_kernel_whole(kern, grid, WM * WN * 32, kSmem, x.data, x.rows, x.cols, w.data, w.scales, bias,
-                                                y.data, y.cols, vec_x, vec_w, sp);
+  launch_kernel_whole(kern, grid, WM * WN * 32, kSmem, x.data, x.rows, x.cols, w.data, w.scales,
+                      bias, y.data, y.cols, vec_x, vec_w, sp);
 }
 
 
@@ -339,7 +339,8 @@ void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, 
       const int warps = 8;
       const dim3 grid(grid_for(w.rows, warps), static_cast<unsigned>(x.rows));
       TF_CHECK(x.rows <= 65535, "matmul: ", x.rows, " rows is more than one f32 call takes");
-      launch_kernel(f32_matmul, grid, warps * 32, 0, x.data, x.rows, x.cols, static_cast<const float*>(w.data), b, y.data, y.cols);
+      launch_kernel(f32_matmul, grid, warps * 32, 0, x.data, x.rows, x.cols,
+                    static_cast<const float*>(w.data), b, y.data, y.cols);
     }
   }
   check_launch("matmul");

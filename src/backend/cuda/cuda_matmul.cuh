@@ -209,7 +209,8 @@ inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   auto* hi = static_cast<uint16_t*>(
       be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
-  launch_kernel(split_x_kernel<kStepOrder>, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp, vec, hi, hi + M * Kp);
+  launch_kernel(split_x_kernel<kStepOrder>, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp,
+                vec, hi, hi + M * Kp);
   return hi;
 }
 
@@ -255,7 +256,8 @@ void launch_planes(CudaBackend& be, Kern kern, bool& raised, int smem, int threa
                    const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
                    const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, smem, bm, bn, x, y, sp);
-  launch_kernel_whole(kern, grid, threads, smem, xh, xl, x.rows, x.cols, Kp, static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp);
+  launch_kernel_whole(kern, grid, threads, smem, xh, xl, x.rows, x.cols, Kp,
+                      static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp);
 }
 
 // More than 16 rows of BF16 weights with K % 8 == 0 on the split sp, x split once and tiles

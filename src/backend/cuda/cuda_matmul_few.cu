@@ -328,8 +328,7 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN>
                            : skinny_matmul<WT, false, false, false, TN>;
     launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales, bias,
-                                                   y.data, y.cols, vec_x, vec_w, sp, GroupedRows{},
-                                                   MultiArgs{});
+                  y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
   });
 }
 
@@ -374,8 +373,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN>
                            : skinny_matmul<WT, false, false, true, TN>;
     launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
-                                                   nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{},
-                                                   GroupedRows{}, ma);
+                  nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
   });
 }
 
@@ -398,7 +396,8 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
       sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
     }
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    launch_kernel(skinny_matmul<WT, true, true, false, TN>, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
+    launch_kernel(skinny_matmul<WT, true, true, false, TN>, grid, kSkinnyWarps * 32, 0, x, gr.pairs,
+                  K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
   });
 }
 

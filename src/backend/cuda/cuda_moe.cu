@@ -310,13 +310,14 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
         bias = bw.f32;
       }
       launch_kernel(moe_sigmoid_kernel, grid_for(m * E, 256), 256, 0, logits.data, prob, m * E);
-      launch_kernel(moe_route_kernel<true>, 1, kRouteThreads, 0, prob, bias, nm, nE, route.n_group, route.topk_group, route.k, route.norm, route.scale,
-          idx, wts, order, items, items + 3 * max_items);
+      launch_kernel(moe_route_kernel<true>, 1, kRouteThreads, 0, prob, bias, nm, nE, route.n_group,
+                    route.topk_group, route.k, route.norm, route.scale, idx, wts, order, items,
+                    items + 3 * max_items);
     } else {
       launch_kernel(moe_softmax_kernel, static_cast<unsigned>(m), kRouteThreads, 0, logits.data, E,
-                                                                                   prob);
-      launch_kernel(moe_route_kernel<false>, 1, kRouteThreads, 0, prob, nullptr, nm, nE, 1, 1, route.k, route.norm,
-                                              1.0f, idx, wts, order, items, items + 3 * max_items);
+                    prob);
+      launch_kernel(moe_route_kernel<false>, 1, kRouteThreads, 0, prob, nullptr, nm, nE, 1, 1,
+                    route.k, route.norm, 1.0f, idx, wts, order, items, items + 3 * max_items);
     }
     check_launch(op);
   }
@@ -348,7 +349,8 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
     matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
   }
   const ProfScope ps(*this, "moe combine", nullptr, m);
-  launch_kernel(moe_combine_kernel, grid_for(m * H, 256), 256, 0, idx, wts, dbuf, static_cast<int>(k), H, out.data, m * H);
+  launch_kernel(moe_combine_kernel, grid_for(m * H, 256), 256, 0, idx, wts, dbuf,
+                static_cast<int>(k), H, out.data, m * H);
   check_launch(op);
   return true;
 }

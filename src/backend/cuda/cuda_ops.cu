@@ -142,7 +142,8 @@ __global__ void rope_table_kernel(const int32_t* pos, const float* inv_freq, int
   const int j = static_cast<int>(i - r * half);
   const float angle = __fmul_rn(static_cast<float>(pos[r]), inv_freq[j]);
   cs[2 * r * half + j] = __fmul_rn(static_cast<float>(cos(static_cast<double>(angle))), mscale);
-  cs[2 * r * half + half + j] = __fmul_rn(static_cast<float>(sin(static_cast<double>(angle))), mscale);
+  cs[2 * r * half + half + j] =
+      __fmul_rn(static_cast<float>(sin(static_cast<double>(angle))), mscale);
 }
 
 // Rotates pair j of row blockIdx.x (head j / half) by the row's table entry; no reduction.
@@ -269,7 +270,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int n, Tensor o
   auto* d_ids = static_cast<const int32_t*>(meta(ids, static_cast<uint64_t>(n) * 4));
   const int64_t total = n * t.cols;
   launch_kernel(embed_kernel, grid_for(total, 256), 256, 0, dt_code(t.dtype), t.data, t.scales,
-                                                           d_ids, t.cols, out.data, total);
+                d_ids, t.cols, out.data, total);
   check_launch("embed");
 }
 
@@ -283,7 +284,8 @@ void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add
            "] into y [", y.rows, " x ", y.cols, "]");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "rmsnorm: ", x.rows, " rows");
-  launch_kernel(rmsnorm_kernel<false>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data, nullptr, g.f32, eps, add_one, x.cols, y.data);
+  launch_kernel(rmsnorm_kernel<false>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data,
+                nullptr, g.f32, eps, add_one, x.cols, y.data);
   check_launch("rmsnorm");
 }
 
@@ -301,7 +303,8 @@ void CudaBackend::add_rmsnorm(Tensor x, const Tensor& a, const Weight& gw, float
   TF_CHECK(y.data != x.data && y.data != a.data, "add_rmsnorm: y must not alias x or a");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "add_rmsnorm: ", x.rows, " rows");
-  launch_kernel(rmsnorm_kernel<true>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data, a.data, g.f32, eps, add_one, x.cols, y.data);
+  launch_kernel(rmsnorm_kernel<true>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data,
+                a.data, g.f32, eps, add_one, x.cols, y.data);
   check_launch("add_rmsnorm");
 }
 
@@ -328,20 +331,24 @@ void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopePara
   std::memcpy(blob.data() + off, p.inv_freq.data(), static_cast<uint64_t>(half) * 4);
   std::memcpy(blob.data() + off + static_cast<uint64_t>(half) * 4, &p.mscale, 4);
   const int64_t pairs = x.rows * half;
-  auto* cs = static_cast<float*>(buffer(kSlotRope, static_cast<uint64_t>(pairs) * 2 * sizeof(float)));
+  auto* cs =
+      static_cast<float*>(buffer(kSlotRope, static_cast<uint64_t>(pairs) * 2 * sizeof(float)));
   if (cs != rope_table_ || blob != rope_blob_) {
     rope_blob_.clear();
     auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-    launch_kernel(rope_table_kernel, grid_for(pairs, 256), 256, 0, reinterpret_cast<const int32_t*>(s),
-                  reinterpret_cast<const float*>(s + off), half, p.mscale, pairs, cs);
+    launch_kernel(rope_table_kernel, grid_for(pairs, 256), 256, 0,
+                  reinterpret_cast<const int32_t*>(s), reinterpret_cast<const float*>(s + off),
+                  half, p.mscale, pairs, cs);
     check_launch("rope");
     rope_blob_ = std::move(blob);
     rope_table_ = cs;
   }
   const int total = n_heads * half;
-  const dim3 grid(static_cast<unsigned>(x.rows),
-                  static_cast<unsigned>(std::min<int64_t>((total + kRopeThreads - 1) / kRopeThreads, 65535)));
-  launch_kernel(rope_kernel, grid, kRopeThreads, 0, x.data, x.cols, n_heads, p.head_dim, half, p.neox, cs);
+  const dim3 grid(
+      static_cast<unsigned>(x.rows),
+      static_cast<unsigned>(std::min<int64_t>((total + kRopeThreads - 1) / kRopeThreads, 65535)));
+  launch_kernel(rope_kernel, grid, kRopeThreads, 0, x.data, x.cols, n_heads, p.head_dim, half,
+                p.neox, cs);
   check_launch("rope");
 }
 
@@ -358,8 +365,10 @@ void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor 
   if (n == 0) return;
   const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
   if (vec4(n, {gate.data, up.data, out.data}))
-    launch_kernel(act_mul4_kernel, grid_for(n / 4, 256), 256, 0, a, reinterpret_cast<const float4*>(gate.data), reinterpret_cast<const float4*>(up.data),
-        reinterpret_cast<float4*>(out.data), n / 4);
+    launch_kernel(act_mul4_kernel, grid_for(n / 4, 256), 256, 0, a,
+                  reinterpret_cast<const float4*>(gate.data),
+                  reinterpret_cast<const float4*>(up.data), reinterpret_cast<float4*>(out.data),
+                  n / 4);
   else
     launch_kernel(act_mul_kernel, grid_for(n, 256), 256, 0, a, gate.data, up.data, out.data, n);
   check_launch("act_mul");
@@ -374,7 +383,8 @@ void CudaBackend::add(Tensor y, const Tensor& x) {
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
   if (vec4(n, {y.data, x.data}))
-    launch_kernel(add4_kernel, grid_for(n / 4, 256), 256, 0, reinterpret_cast<float4*>(y.data), reinterpret_cast<const float4*>(x.data), n / 4);
+    launch_kernel(add4_kernel, grid_for(n / 4, 256), 256, 0, reinterpret_cast<float4*>(y.data),
+                  reinterpret_cast<const float4*>(x.data), n / 4);
   else
     launch_kernel(add_kernel, grid_for(n, 256), 256, 0, y.data, x.data, n);
   check_launch("add");
@@ -387,7 +397,7 @@ void CudaBackend::scale(Tensor x, float s) {
   if (n == 0) return;
   if (vec4(n, {x.data}))
     launch_kernel(scale4_kernel, grid_for(n / 4, 256), 256, 0, reinterpret_cast<float4*>(x.data), s,
-                                                              n / 4);
+                  n / 4);
   else
     launch_kernel(scale_kernel, grid_for(n, 256), 256, 0, x.data, s, n);
   check_launch("scale");
@@ -406,7 +416,7 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
   const uint64_t total = static_cast<uint64_t>(logits.rows * n);
   auto* d_prob = reinterpret_cast<float*>(scratch(total * 4));
   launch_kernel(softmax_kernel, static_cast<unsigned>(logits.rows), kRowThreads, 0, logits.data, n,
-                                                                                   d_prob);
+                d_prob);
   check_launch("topk_softmax");
   std::vector<float> prob(total);
   TF_CUDA_CHECK(cudaMemcpy(prob.data(), d_prob, total * 4, cudaMemcpyDeviceToHost), "topk_softmax");
@@ -437,7 +447,7 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int n, Ten
   if (total == 0) return;
   auto* d_rows = static_cast<const int32_t*>(meta(rows, static_cast<uint64_t>(n) * 4));
   launch_kernel(gather_kernel, grid_for(total, 256), 256, 0, src.data, d_rows, src.cols, dst.data,
-                                                            total);
+                total);
   check_launch("gather_rows");
 }
 
@@ -451,8 +461,9 @@ void CudaBackend::scatter_add_scaled(Tensor dst, const Tensor& src, const int32_
   std::memcpy(blob.data(), rows, static_cast<uint64_t>(n) * 4);
   std::memcpy(blob.data() + off, w, static_cast<uint64_t>(n) * 4);
   auto* s = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
-  launch_kernel(scatter_kernel, grid_for(dst.cols, 128), 128, 0, dst.data, src.data, reinterpret_cast<const int32_t*>(s),
-      reinterpret_cast<const float*>(s + off), n, dst.cols);
+  launch_kernel(scatter_kernel, grid_for(dst.cols, 128), 128, 0, dst.data, src.data,
+                reinterpret_cast<const int32_t*>(s), reinterpret_cast<const float*>(s + off), n,
+                dst.cols);
   check_launch("scatter_add_scaled");
 }
 

@@ -356,7 +356,8 @@ void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight*
   ConvArgs a{x.data, out.data, dt_code(w.dtype), w.data, w.scales, b, st.pool, st.keep_pool,
              d.chunked, d.keep, C, K, silu};
   TF_CHECK(grid_for(C, kConvThreads) <= 65535u, "conv1d_causal: ", C, " channels");
-  launch_kernel(conv_kernel, dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
+  launch_kernel(conv_kernel,
+                dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
                 kConvThreads, 0, a);
   check_launch("conv1d_causal");
 }
@@ -391,8 +392,9 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
             al, dd, db, st.pool, st.keep_pool, d.step, d.keep, y.data, y.cols, p.head_dim,
             p.state_size, p.heads / p.groups, p.chunk, pt, p.dt_min, p.dt_max};
   if (!jobs.step.empty()) {
-    launch_kernel(ssm_step_kernel, dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
-                      kSsmStepWarps * 32, 0, a);
+    launch_kernel(ssm_step_kernel,
+                  dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
+                  kSsmStepWarps * 32, 0, a);
     check_launch(op);
   }
   if (!jobs.chunked.empty()) {
@@ -404,9 +406,10 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
     TF_CUDA_CHECK(cudaFuncSetAttribute(ssm_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)), op);
     const unsigned tiles = static_cast<unsigned>((p.head_dim + pt - 1) / pt);
-    launch_kernel(ssm_chunk_kernel, dim3(static_cast<unsigned>(jobs.chunked.size()),
-                            static_cast<unsigned>(p.heads), tiles),
-                       kSsmThreads, smem, a);
+    launch_kernel(
+        ssm_chunk_kernel,
+        dim3(static_cast<unsigned>(jobs.chunked.size()), static_cast<unsigned>(p.heads), tiles),
+        kSsmThreads, smem, a);
     check_launch(op);
   }
 }

@@ -249,7 +249,8 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
   for (const SampleSpec& s : specs) weighted += s.temperature > 0.0f && s.top_k != 1 ? 1 : 0;
   auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
                            : nullptr;
-  launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data, logits.cols, d_specs, d_pens, scratch, rows, d_ids);
+  launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data,
+                logits.cols, d_specs, d_pens, scratch, rows, d_ids);
   check_launch("sample_rows");
   TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, specs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "sample_rows");
 }

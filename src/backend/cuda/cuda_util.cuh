@@ -24,8 +24,8 @@ namespace tf::cuda {
 // with the legacy stream, so synchronous copies still see every earlier kernel.
 cudaStream_t stream();
 
-// Programmatic dependent launch (sm_90): a kernel started by launch_kernel() may begin while the kernel
-// before it still runs, hiding the launch gap; it calls grid_wait() before it touches memory
+// Programmatic dependent launch (sm_90): a kernel started by launch_kernel() may begin while the
+// kernel before it still runs, hiding the launch gap; it calls grid_wait() before it touches memory
 // that an earlier kernel writes or reads. On by default where the device has it; TF_CUDA_PDL=0
 // turns it off (side-by-side timing).
 bool pdl_on();
