@@ -45,16 +45,7 @@ double run_prefill(Engine& engine, int32_t vocab, int batch, int pp, uint64_t se
 // beforehand into the prompt cache, so every lane starts decoding at about the same round.
 double run_decode(Engine& engine, int32_t vocab, int batch, int depth, int tg, uint64_t seed,
                   const SamplingParams& sampling) {
-  if (depth > 1) {
-    for (int b = 0; b < batch; ++b) {
-      GenerationRequest req;
-      req.prompt = random_prompt(depth, vocab, seed + static_cast<uint64_t>(b));
-      req.max_tokens = 1;
-      req.sampling.temperature = 0;
-      engine.submit(std::move(req));
-    }
-    engine.run_until_idle();
-  }
+  if (depth > 1) run_prefill(engine, vocab, batch, depth, seed);  // the same prompts, once
   std::vector<std::vector<Clock::time_point>> stamps(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) {
     GenerationRequest req;
