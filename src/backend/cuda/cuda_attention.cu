@@ -320,12 +320,11 @@ size_t attention_smem(int mt, int hd_pad) {
 // TF_CUDA_FLASH=0 sends every group to the tile kernel, TF_CUDA_FLASH_SPLIT=0 only the
 // split-mode ones, for timing; TF_CUDA_FLASH_SPLIT=n sends split-mode groups to the flash kernel
 // always, n splits a block, for the contract.
-bool env_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
-}
 bool flash_on() {
-  static const bool on = env_on("TF_CUDA_FLASH");
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FLASH");
+    return !(e && std::string(e) == "0");
+  }();
   return on;
 }
 int flash_split_mode() {

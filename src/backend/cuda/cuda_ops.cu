@@ -321,8 +321,8 @@ void CudaBackend::rope(Tensor x, int n_heads, const int32_t* pos, const RopePara
   const int half = p.rot_dim / 2;
   if (half == 0 || x.rows == 0) return;
   // Rows index the grid and a row's pairs an int.
-  TF_CHECK(x.rows <= 0x7fffffff && x.cols <= (int64_t{1} << 30) && half <= 4096, "rope: x [",
-           x.rows, " x ", x.cols, "] with rot_dim ", p.rot_dim, " exceeds the kernel's limits");
+  TF_CHECK(x.rows <= 0x7fffffff && x.cols <= (int64_t{1} << 30), "rope: x [", x.rows, " x ", x.cols,
+           "] with rot_dim ", p.rot_dim, " exceeds the kernel's limits");
   const uint64_t pos_bytes = static_cast<uint64_t>(x.rows) * 4, off = (pos_bytes + 15) / 16 * 16;
   // Positions, frequencies and mscale make one blob; the table of its cos/sin is computed once
   // and kept while the blob stays the same (q and k of every layer of a round).
