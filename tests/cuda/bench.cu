@@ -95,6 +95,9 @@ void run_bench(Backend& gpu) {
   bench_matmul(gpu, DType::BF16, 512, 4096, 1024, 10);
   bench_matmul(gpu, DType::BF16, 64, 4096, 14336, 20);
   bench_matmul(gpu, DType::BF16, 64, 14336, 4096, 20);
+  bench_matmul(gpu, DType::BF16, 32, 4096, 14336, 20);
+  bench_matmul(gpu, DType::BF16, 64, 4096, 4096, 20);
+  bench_matmul(gpu, DType::BF16, 64, 4096, 1024, 20);
   bench_matmul(gpu, DType::BF16, 1, 4096, 4096, 50);
   bench_matmul(gpu, DType::BF16, 1, 4096, 28672, 20);
   bench_matmul(gpu, DType::BF16, 8, 4096, 28672, 20);

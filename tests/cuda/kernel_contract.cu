@@ -161,6 +161,11 @@ std::vector<Case> kernels() {
   v.push_back({"matmul BF16 17x4096x4096 multi-step slices (every m)", [](Backend& g, Backend& c) {
                  return matmul_gate_all(real_matmul(), g, c, DType::BF16, 4096, 4096, 17, true, 20);
                }});
+  // 17..64 rows on the warpgroup tiles of 64 rows (a decode round of many lanes), checked against
+  // every smaller batch, the few-row kernel's included.
+  v.push_back({"matmul BF16 64x4096x2048 decode-round tiles (every m)", [](Backend& g, Backend& c) {
+                 return matmul_gate_all(real_matmul(), g, c, DType::BF16, 4096, 2048, 64, true, 26);
+               }});
   v.push_back({"matmul F16 12x2048x8192 multi-step slices (every m)", [](Backend& g, Backend& c) {
                  return matmul_gate_all(real_matmul(), g, c, DType::F16, 2048, 8192, 12, false, 22);
                }});

@@ -288,16 +288,6 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
 }
 
 
-// TF_CUDA_FREE_ORDER=1 gives up invariance for timing its cost: many-row matmuls run one chain
-// over all of K, as an engine free to pick its reduction by batch size would.
-bool free_order() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_FREE_ORDER");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-
 template <int WT>
 void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                     Tensor y) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/matmul_split.h"
@@ -214,6 +215,16 @@ inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   return hi;
 }
 
+// TF_CUDA_FREE_ORDER=1 gives up invariance for timing its cost: many-row matmuls run one chain
+// over all of K, as an engine free to pick its reduction by batch size would.
+inline bool free_order() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FREE_ORDER");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 // Whether many-row tiles fold their slices in place (no partials, no second pass): from
 // min_tiles tiles (by default one block an SM), or once the partials would pass 64 MiB; fewer
 // tiles run slices as blocks of their own, for occupancy. The chains are the same either way.
@@ -269,6 +280,15 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
 // is not one it takes.
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                        Tensor y, const SplitArgs& sp);
+
+// Whether launch_bf16_wgmma_many takes these BF16 matmuls of one x: 17..64 rows on a device with
+// the warpgroup tiles, unless a forced tile rules it out.
+bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws);
+
+// Those matmuls in one launch on the warpgroup tiles, each on its own split.
+void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
+                            const std::vector<const CudaWeight*>& ws,
+                            const std::vector<const float*>& biases, const std::vector<Tensor>& ys);
 
 // Few-row (M <= 16) matmul on the split sp (cuda_matmul_few.cu).
 void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,

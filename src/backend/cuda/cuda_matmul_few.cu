@@ -431,8 +431,9 @@ void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& g
 }
 
 void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) {
-  // Few rows and like weights run in one launch; anything else as one matmul each.
-  bool one = x.rows >= 1 && x.rows <= 16 && !outs.empty() &&
+  // Like weights run in one launch at up to 16 rows, and at up to 64 on the warpgroup tiles where
+  // they take them; anything else as one matmul each.
+  bool one = x.rows >= 1 && x.rows <= 64 && !outs.empty() &&
              outs.size() <= static_cast<size_t>(kMaxMulti);
   std::vector<const CudaWeight*> ws;
   std::vector<const float*> biases;
@@ -451,6 +452,7 @@ void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& out
     }
     ws.push_back(&w), biases.push_back(b), ys.push_back(o.y);
   }
+  if (one && x.rows > 16) one = wgmma_many_takes(x, ws);
   if (!one) {
     for (const MatmulOut& o : outs) matmul(x, *o.w, o.bias, o.y);
     return;
@@ -458,10 +460,14 @@ void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& out
   const ProfScope prof(*this, "matmul_many", &outs[0].w->name, x.rows);
   check_tensor(x, "matmul", "x");
   for (const Tensor& y : ys) check_tensor(y, "matmul", "y");
-  switch (ws[0]->dtype) {
-    case DType::BF16: launch_multi<kBF16>(*this, x, ws, biases, ys); break;
-    case DType::F16: launch_multi<kF16>(*this, x, ws, biases, ys); break;
-    default: launch_multi<kQ8>(*this, x, ws, biases, ys); break;
+  if (x.rows > 16) {
+    launch_bf16_wgmma_many(*this, x, ws, biases, ys);
+  } else {
+    switch (ws[0]->dtype) {
+      case DType::BF16: launch_multi<kBF16>(*this, x, ws, biases, ys); break;
+      case DType::F16: launch_multi<kF16>(*this, x, ws, biases, ys); break;
+      default: launch_multi<kQ8>(*this, x, ws, biases, ys); break;
+    }
   }
   check_launch("matmul");
 }

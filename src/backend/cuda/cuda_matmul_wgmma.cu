@@ -3,10 +3,12 @@
 // checks it on the card). x is split once into hi/lo planes stored in step order; weights stream
 // in 8-byte pieces to their step's place, so each wgmma reads one step of the order rule
 // (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_matmul.cuh"
 
@@ -58,28 +60,69 @@ __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], uint64_t da, uin
       : "l"(da), "l"(db), "r"(1));
 }
 
-// One block of WG warpgroups computes a 64 WG x BN tile of y through ST stages of kBK positions
-// [x hi | x lo | w]; warpgroup i owns rows 64 i .. 64 i + 63. kGrid: blockIdx.z is the slice and
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,"
+      "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+// One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of kBK
+// positions [x hi | x lo | w]; warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the j-th BN / WN
+// columns. kGrid: blockIdx.z is the slice and
 // partials meet in sp.part; otherwise the block walks every slice and folds each slice's chain
 // into a running total as it ends.
-template <int WG, int BN, int ST, bool kGrid>
-__global__ void __launch_bounds__(WG * 128, 1)
+// Up to kWgMulti matmuls of one x in one launch (matmul_many): output i's column tiles follow
+// those of i - 1.
+constexpr int kWgMulti = 4;
+struct WgMulti {
+  const uint16_t* w[kWgMulti];
+  const float* bias[kWgMulti];
+  float* y[kWgMulti];
+  int64_t N[kWgMulti];
+  unsigned tiles[kWgMulti];
+  SplitArgs sp[kWgMulti];
+  int n = 0;
+};
+
+// kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
+// column tiles of all of them, and blocks past an output's slices leave at once.
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false>
+__global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
-              const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp) {
+              const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp,
+              WgMulti ma) {
   grid_wait();
   grid_launch_next();
+  unsigned bx = blockIdx.x, tiles_x = gridDim.x;
+  if constexpr (kMulti) {
+    int i = 0;
+    while (i + 1 < ma.n && bx >= ma.tiles[i]) bx -= ma.tiles[i], ++i;
+    if (static_cast<int>(blockIdx.z) >= ma.sp[i].s) return;
+    w = ma.w[i], bias = ma.bias[i], y = ma.y[i], N = ma.N[i], sp = ma.sp[i], tiles_x = ma.tiles[i];
+  }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BK = kBK, BM = 64 * WG, kThreads = WG * 128, kStage = (2 * BM + BN) * BK;
+  constexpr int BK = kBK, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
+  constexpr int kStage = (2 * BM + BN) * BK;
   static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");
   extern __shared__ __align__(16) uint16_t smem_raw[];
   // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint16_t* smem = smem_raw + (1024 - base % 1024) % 1024 / 2;
-  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int tid = threadIdx.x, wg = tid / 128 / WN, wn = tid / 128 % WN, warp = tid % 128 / 32;
+  const int lane = tid % 32;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * BN;
-  const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + 2 * (lane % 4);
+  const int64_t n0 = static_cast<int64_t>(bx) * BN;
+  const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + NB * wn + 2 * (lane % 4);
   int64_t kbeg, kend;
   slice_range<kGrid>(sp, K, kbeg, kend);
   const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
@@ -124,10 +167,10 @@ __global__ void __launch_bounds__(WG * 128, 1)
   }
   // The fold's running total: in registers with two warpgroups, in y with one (whose acc
   // leaves no room for a second copy).
-  constexpr bool kRegTot = !kGrid && WG >= 2;
-  float acc[BN / 2], tot[kRegTot ? BN / 2 : 1];
+  constexpr bool kRegTot = !kGrid && WG * WN >= 2;
+  float acc[NB / 2], tot[kRegTot ? NB / 2 : 1];
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < NB / 2; ++i) acc[i] = 0.0f;
   // Stages per slice (a slice of K alone may end inside a stage): the fold walks slice by slice, so
   // no code reads acc between a slice's mma.
   const int per_slice = kGrid ? tiles : static_cast<int>((sp.ks + BK - 1) / BK);
@@ -143,7 +186,7 @@ __global__ void __launch_bounds__(WG * 128, 1)
       if (t + ST - 2 < tiles) load(t + ST - 2);
       cp_async_commit();
       const uint16_t* s = smem + (t % ST) * kStage;
-      const uint16_t *ah = s + 64 * wg * BK, *al = ah + BM * BK, *bw = s + 2 * BM * BK;
+      const uint16_t *ah = s + 64 * wg * BK, *al = ah + BM * BK, *bw = s + (2 * BM + NB * wn) * BK;
       const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
       // Step j takes positions 16 j .. 16 j + 15; a chunk starting past the slice is not in the
@@ -152,8 +195,8 @@ __global__ void __launch_bounds__(WG * 128, 1)
 #pragma unroll
         for (int j = 0; j < decltype(n)::value; ++j) {
           const uint64_t db = swz_desc(bw + 16 * j);
-          wgmma_bf16<BN>(acc, swz_desc(ah + 16 * j), db);
-          wgmma_bf16<BN>(acc, swz_desc(al + 16 * j), db);
+          wgmma_bf16<NB>(acc, swz_desc(ah + 16 * j), db);
+          wgmma_bf16<NB>(acc, swz_desc(al + 16 * j), db);
         }
       };
       if (k0 + 32 < kend) steps(std::integral_constant<int, BK / 16>{});
@@ -167,18 +210,18 @@ __global__ void __launch_bounds__(WG * 128, 1)
     const bool last = t >= tiles;
     if constexpr (kRegTot) {
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) {
+      for (int i = 0; i < NB / 2; ++i) {
         tot[i] = have_tot ? __fadd_rn(tot[i], acc[i]) : acc[i];
         acc[i] = 0.0f;
       }
       if (last) {
-        for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+        for_each_acc<1, NB / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
           const float v = tot[4 * j + e];
           if (r < M && c < N) y[r * N + c] = bias ? __fadd_rn(v, bias[c]) : v;
         });
       }
     } else {
-      for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+      for_each_acc<1, NB / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
         if (r < M && c < N) {
           float v = have_tot ? __fadd_rn(y[r * N + c], acc[4 * j + e]) : acc[4 * j + e];
           if (last && bias) v = __fadd_rn(v, bias[c]);
@@ -191,13 +234,13 @@ __global__ void __launch_bounds__(WG * 128, 1)
   }
   if (!kGrid) return;
   const bool partial = sp.s > 1;
-  for_each_acc<1, BN / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
+  for_each_acc<1, NB / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
     if (r >= M || c >= N) return;
     if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = acc[4 * j + e];
     else y[r * N + c] = bias ? __fadd_rn(acc[4 * j + e], bias[c]) : acc[4 * j + e];
   });
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
-  if (partial && arrive_last(sp.counters + blockIdx.y * gridDim.x + blockIdx.x, sp.s))
+  if (partial && arrive_last(sp.counters + blockIdx.y * tiles_x + bx, sp.s))
     reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
 #else
   __trap();  // launched only where wgmma_ready() found the sm_90a code
@@ -230,23 +273,43 @@ bool wgmma_ready() {
   return ready;
 }
 
-template <int WG, int BN, int ST, bool kGrid>
+// Shared-memory bytes of a tile's stages, with 1 KiB for aligning them to 1024 bytes.
+constexpr int wg_smem(int WG, int BN, int ST) { return ST * (2 * 64 * WG + BN) * kBK * 2 + 1024; }
+
+template <int WG, int WN, int BN, int ST, bool kGrid>
 void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
   static bool raised = false;  // one attribute call per instantiation
-  // 1 KiB more than the stages, for aligning them to 1024 bytes.
-  launch_planes<kGrid>(be, wg_matmul<WG, BN, ST, kGrid>, raised,
-                       ST * (2 * 64 * WG + BN) * kBK * 2 + 1024, WG * 128, 64 * WG, BN, xh, xl,
-                       Kp, x, w, bias, y, sp);
+  constexpr int kSmem = wg_smem(WG, BN, ST);
+  auto kern = wg_matmul<WG, WN, BN, ST, kGrid>;
+  const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
+  launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, xh, xl, x.rows, x.cols, Kp,
+                      static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{});
 }
 
-// Two warpgroups of 64 rows (cfg 0) or one (cfg 1), 128 columns. Both compute the same chains.
+// The tiles (rows x columns, warpgroups, stages); all compute the same chains. a: 128 x 128, two
+// warpgroups of 64 rows. b: 64 x 128, one warpgroup. c: 64 x 128, two warpgroups of 64 columns,
+// for 17..64 rows.
+constexpr int kTiles = 3;
+constexpr int kTileRows[kTiles] = {128, 64, 64}, kTileCols[kTiles] = {128, 128, 128};
+
 template <bool kGrid>
 void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, const Tensor& x,
                  const CudaWeight& w, const float* bias, Tensor y, const SplitArgs& sp,
                  CudaBackend& be) {
-  if (cfg == 0) launch<2, 128, 4, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be);
-  else launch<1, 128, 6, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be);
+  switch (cfg) {
+    case 0: launch<2, 1, 128, 4, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+    case 1: launch<1, 1, 128, 6, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+    default: launch<1, 2, 128, 4, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+  }
+}
+
+// A tile letter a.. from variable `name` as 0.., "0" as -2, unset or anything else as -1.
+int tile_env(const char* name) {
+  const char* e = std::getenv(name);
+  if (!e || e[0] == 0 || e[1] != 0) return -1;
+  if (e[0] == '0') return -2;
+  return e[0] >= 'a' && e[0] < 'a' + kTiles ? e[0] - 'a' : -1;
 }
 
 }  // namespace
@@ -254,17 +317,22 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                        Tensor y, const SplitArgs& sp) {
   if (w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16 || !wgmma_ready()) return false;
-  // TF_CUDA_WG_TILE=a|b forces a tile for every shape it takes (side-by-side timing).
-  static const int forced = [] {
-    const char* e = std::getenv("TF_CUDA_WG_TILE");
-    return e && (*e == 'a' || *e == 'b') ? *e - 'a' : -1;
+  // TF_CUDA_WG_TILE=a..c forces a tile for every shape it takes; TF_CUDA_WG_FEW=a..c picks the
+  // tile for 17..64 rows and =0 leaves those rows to the mma.sync tiles (side-by-side timing).
+  static const int forced = tile_env("TF_CUDA_WG_TILE");
+  static const int few = [] {
+    const int v = tile_env("TF_CUDA_WG_FEW");
+    return v == -1 ? 2 : v;
   }();
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
-  const int cfg = forced >= 0 ? forced : 0;
-  const int bm = cfg == 1 ? 64 : 128;
-  const int64_t tiles = ((M + bm - 1) / bm) * ((y.cols + 127) / 128);
-  // The mma.sync tiles are faster at few rows, and where tiles would leave half the SMs idle.
-  if (forced < 0 && (M <= 64 || tiles < kTargetBlocks / 8)) return false;
+  const int cfg = forced >= 0 ? forced : M <= 64 ? few : 0;
+  if (cfg < 0) return false;
+  const int64_t tiles = ((M + kTileRows[cfg] - 1) / kTileRows[cfg]) *
+                        ((y.cols + kTileCols[cfg] - 1) / kTileCols[cfg]);
+  // The mma.sync tiles are faster where these tiles (with their slices, at 64 rows or fewer)
+  // would leave half the SMs idle.
+  const int64_t blocks = M <= 64 ? tiles * sp.s : tiles;
+  if (forced < 0 && blocks < kTargetBlocks / 8) return false;
   const uint16_t* hi = split_x<true>(be, x, Kp);
   const uint16_t* lo = hi + M * Kp;
   // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
@@ -272,6 +340,61 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   if (fold) launch_tile<false>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   else launch_tile<true>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   return true;
+}
+
+bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws) {
+  // Tile c only, at 17..64 rows, where q/k/v or gate/up of a decode round share one launch.
+  static const bool forced = tile_env("TF_CUDA_WG_TILE") >= 0 || tile_env("TF_CUDA_WG_FEW") != -1;
+  if (forced || x.rows <= 16 || x.rows > 64 || x.cols % 8 != 0 ||
+      ws.size() > static_cast<size_t>(kWgMulti) || !wgmma_ready())
+    return false;
+  for (const CudaWeight* w : ws)
+    if (w->dtype != DType::BF16) return false;
+  return true;
+}
+
+void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
+                            const std::vector<const CudaWeight*>& ws,
+                            const std::vector<const float*>& biases,
+                            const std::vector<Tensor>& ys) {
+  constexpr int WG = 1, WN = 2, BN = 128, ST = 4;
+  const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
+  WgMulti ma;
+  ma.n = static_cast<int>(ws.size());
+  uint64_t part_n = 0, count_n = 0;
+  unsigned tiles = 0;
+  int slices = 1;
+  for (int i = 0; i < ma.n; ++i) {
+    ma.w[i] = static_cast<const uint16_t*>(ws[i]->data);
+    ma.bias[i] = biases[i], ma.y[i] = ys[i].data, ma.N[i] = ys[i].cols;
+    ma.tiles[i] = static_cast<unsigned>((ma.N[i] + BN - 1) / BN);
+    ma.sp[i] = free_order() ? SplitArgs{K, 1, nullptr, nullptr, false} : split_for(K, ma.N[i]);
+    tiles += ma.tiles[i];
+    slices = std::max(slices, ma.sp[i].s);
+    if (ma.sp[i].s == 1) continue;
+    part_n += static_cast<uint64_t>(ma.sp[i].s) * M * ma.N[i];
+    count_n += ma.tiles[i];
+  }
+  const uint16_t* hi = split_x<true>(be, x, Kp);
+  float* part = part_n ? be.matmul_partials(part_n) : nullptr;
+  unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
+  for (int i = 0; i < ma.n; ++i) {
+    if (ma.sp[i].s == 1) continue;
+    ma.sp[i].part = part, ma.sp[i].counters = counters;
+    part += static_cast<uint64_t>(ma.sp[i].s) * M * ma.N[i];
+    counters += ma.tiles[i];
+  }
+  static bool raised = false;
+  constexpr int kSmem = wg_smem(WG, BN, ST);
+  auto kern = wg_matmul<WG, WN, BN, ST, true, true>;
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const dim3 grid(tiles, 1, static_cast<unsigned>(slices));
+  launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, hi + M * Kp, M, K, Kp, nullptr, nullptr,
+                      nullptr, int64_t{0}, SplitArgs{}, ma);
 }
 
 }  // namespace tf::cuda::mm
