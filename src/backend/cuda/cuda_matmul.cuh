@@ -155,7 +155,16 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
     if (r >= M || c >= N) continue;
     const int64_t pr = rowmap ? rowmap[r] : r;
     float t = __ldcg(sp.part + pr * N + c);
-    for (int s = 1; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * P + pr) * N + c));
+    int s = 1;
+    // Eight partials' loads in flight at once, then their adds in slice order.
+    for (; s + 8 <= sp.s; s += 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = __ldcg(sp.part + ((s + u) * P + pr) * N + c);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) t = __fadd_rn(t, v[u]);
+    }
+    for (; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * P + pr) * N + c));
     y[pr * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
   }
 }
