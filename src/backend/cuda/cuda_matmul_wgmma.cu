@@ -75,11 +75,6 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], uint64_t da, uint
       : "l"(da), "l"(db), "r"(1));
 }
 
-// One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of kBK
-// positions [x hi | x lo | w]; warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the j-th BN / WN
-// columns. kGrid: blockIdx.z is the slice and
-// partials meet in sp.part; otherwise the block walks every slice and folds each slice's chain
-// into a running total as it ends.
 // Up to kWgMulti matmuls of one x in one launch (matmul_many): output i's column tiles follow
 // those of i - 1.
 constexpr int kWgMulti = 4;
@@ -93,6 +88,10 @@ struct WgMulti {
   int n = 0;
 };
 
+// One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of kBK
+// positions [x hi | x lo | w]; warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the j-th BN / WN
+// columns. kGrid: blockIdx.z is the slice and partials meet in sp.part; otherwise the block walks
+// every slice and folds each slice's chain into a running total as it ends.
 // kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
 // column tiles of all of them, and blocks past an output's slices leave at once.
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false>
