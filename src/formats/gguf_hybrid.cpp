@@ -7,6 +7,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "formats/hf_config.h"
 
 namespace tf {
 
@@ -108,6 +109,14 @@ bool split_block(const std::string& name, int64_t* layer, std::string* rest) {
 int64_t meta_int(const GgufFile& g, const std::string& key) {
   TF_CHECK(g.find_meta(key), g.path(), ": metadata key '", key, "' is missing");
   return g.get_int(key, 0);
+}
+
+// block_count, checked before anything is sized by it.
+int64_t block_count(const GgufFile& g, const std::string& arch) {
+  const int64_t n = meta_int(g, arch + ".block_count");
+  TF_CHECK(n >= 1 && n <= kMaxLayers, g.path(), ": metadata key '", arch, ".block_count' is ", n,
+           ", outside [1, ", kMaxLayers, "]");
+  return n;
 }
 
 // A per-layer key that llama.cpp writes either as one value or as an array of block_count values.
@@ -249,7 +258,7 @@ void gguf_hybrid_views(const GgufFile& g, std::vector<std::vector<uint8_t>>& own
   const std::string arch = g.get_string("general.architecture", "");
   const bool nemo = is_nemotron(arch);
   const std::string P = nemo ? "backbone." : "model.";
-  const int64_t n_layer = meta_int(g, arch + ".block_count");
+  const int64_t n_layer = block_count(g, arch);
   std::vector<int64_t> kv_heads;
   int64_t heads = 0, kh = 0, vh = 0, dk = 0, dv = 0;
   if (!nemo) {
@@ -425,8 +434,8 @@ nlohmann::json gguf_hybrid_config(const GgufFile& g, const WeightSource& w) {
   auto req = [&](const char* k) { return meta_int(g, key(k)); };
   auto has = [&](int64_t i, const char* rest) { return g.find(cat("blk.", i, ".", rest)) != nullptr; };
   nlohmann::json c = nlohmann::json::object();
-  const int64_t L = req("block_count"), H = req("embedding_length"), heads = req("attention.head_count");
-  TF_CHECK(L > 0 && H > 0 && heads > 0, path, ": block_count, embedding_length and attention.head_count must be positive");
+  const int64_t L = block_count(g, arch), H = req("embedding_length"), heads = req("attention.head_count");
+  TF_CHECK(H > 0 && heads > 0, path, ": embedding_length and attention.head_count must be positive");
   c["hidden_size"] = H;
   c["num_hidden_layers"] = L;
   c["num_attention_heads"] = heads;

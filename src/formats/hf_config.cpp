@@ -11,7 +11,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;        // per-dimension size bound
-constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxContext = int64_t(1) << 28;
 
 class Fields {

@@ -8,6 +8,9 @@
 
 namespace tf {
 
+// The most decoder layers a model may have, whatever its file says.
+inline constexpr int64_t kMaxLayers = 4096;
+
 struct RopeScaling {
   std::string type = "default";  // default | linear | llama3 | yarn | dynamic
   double theta = 10000.0;

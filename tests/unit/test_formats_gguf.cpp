@@ -283,6 +283,27 @@ TEST(FormatsGguf, Bad7HugeBlockCount) {
   expect_error([&] { open_model(dir.file("m.gguf")); }, dir.file("m.gguf"), "num_hidden_layers");
 }
 
+// The hybrid architectures size per-layer tables by block_count: a huge or negative one is a clear
+// error naming the key, before anything is allocated.
+TEST(FormatsGguf, Bad7HugeBlockCountHybrid) {
+  for (const std::string a : {"nemotron_h", "qwen3next", "qwen35"}) {
+    for (const int64_t n : {int64_t(1) << 40, int64_t(1) << 28, int64_t(-1), int64_t(0)}) {
+      TempDir dir;
+      GgufBuilder g;
+      g.kv_str("general.architecture", a);
+      g.kv_raw(a + ".block_count", kI64, ByteWriter().put<int64_t>(n).b);
+      g.kv_u32(a + ".embedding_length", 8).kv_u32(a + ".attention.head_count", 2);
+      g.kv_u32(a + ".attention.head_count_kv", 1).kv_u32(a + ".ssm.group_count", 1);
+      g.kv_u32(a + ".ssm.time_step_rank", 1).kv_u32(a + ".ssm.state_size", 1);
+      g.kv_u32(a + ".ssm.inner_size", 1);
+      g.tensor("token_embd.weight", {8, 4}, 0, f32_bytes(std::vector<float>(32, 0.f)));
+      write_bytes(dir.file("m.gguf"), g.build());
+      SCOPED_TRACE(a + " block_count " + std::to_string(n));
+      expect_error([&] { open_model(dir.file("m.gguf")); }, dir.file("m.gguf"), "block_count' is");
+    }
+  }
+}
+
 TEST(FormatsGguf, TensorInfoChecks) {
   GgufBuilder g;
   g.tensor("w", {}, 0, {});
