@@ -103,14 +103,25 @@ void parse_messages(const ojson& m, CompletionSpec& s) {
 
 }  // namespace
 
-CompletionSpec parse_completion_request(const std::string& body, bool chat, const ApiLimits& lim) {
+ojson parse_request_json(const std::string& body) {
+  const ojson::parser_callback_t too_deep = [](int depth, ojson::parse_event_t, ojson&) {
+    if (depth > kMaxJsonDepth) throw ApiError(400, cat("request body nests deeper than ", kMaxJsonDepth, " levels"));
+    return true;
+  };
   ojson j;
   try {
-    j = ojson::parse(body);
+    j = ojson::parse(body, too_deep);
+  } catch (const ApiError&) {
+    throw;
   } catch (const std::exception& e) {
     throw ApiError(400, cat("request body is not valid JSON: ", e.what()));
   }
   if (!j.is_object()) throw ApiError(400, "request body must be a JSON object");
+  return j;
+}
+
+CompletionSpec parse_completion_request(const std::string& body, bool chat, const ApiLimits& lim) {
+  ojson j = parse_request_json(body);
   CompletionSpec s;
   s.chat = chat;
   if (present(j, "model")) {
@@ -204,6 +215,17 @@ CompletionSpec parse_completion_request(const std::string& body, bool chat, cons
   }
   if (present(j, "draft") && !(j["draft"].is_boolean() || j["draft"].is_object() || j["draft"].is_number_integer()))
     bad("draft", "'draft' must be a boolean, an integer or an object");
+  // Structured output is refused, not ignored: a client asking for JSON must not get free text.
+  if (present(j, "response_format")) {
+    const ojson& f = j["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+      bad("response_format", "'response_format' must be an object with a string 'type'");
+    if (f["type"] != "text")
+      bad("response_format", cat("response_format type '", f["type"].get<std::string>(),
+                                 "' is not supported (structured output is not implemented)"));
+  }
+  for (const char* key : {"grammar", "json_schema", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+    if (present(j, key)) bad(key, cat("'", key, "' is not supported (structured output is not implemented)"));
   return s;
 }
 

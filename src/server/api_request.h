@@ -61,6 +61,14 @@ struct CompletionSpec {
   std::string cache_salt;
 };
 
+// The most nesting a request body may have: parsing refuses deeper bodies, since copying a
+// deeper value recurses past the stack.
+inline constexpr int kMaxJsonDepth = 256;
+
+// A request body as a JSON object; ApiError 400 when it is not valid JSON, nests past
+// kMaxJsonDepth or is not an object.
+nlohmann::ordered_json parse_request_json(const std::string& body);
+
 // Throws ApiError for malformed JSON, wrong types, and values out of range.
 CompletionSpec parse_completion_request(const std::string& body, bool chat, const ApiLimits& limits);
 

@@ -216,13 +216,7 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<HttpResponde
     return;
   }
   if ((path == "/tokenize" || path == "/detokenize") && post) {
-    ojson j;
-    try {
-      j = ojson::parse(req.body);
-    } catch (const std::exception& e) {
-      throw ApiError(400, cat("request body is not valid JSON: ", e.what()));
-    }
-    if (!j.is_object()) throw ApiError(400, "request body must be a JSON object");
+    ojson j = parse_request_json(req.body);
     if (path == "/tokenize") {
       const char* key = j.contains("prompt") ? "prompt" : "text";
       if (!j.contains(key) || !j[key].is_string()) throw ApiError(400, "'prompt' must be a string", "prompt");

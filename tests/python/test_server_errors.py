@@ -138,6 +138,54 @@ def test_tokenize_bad_fields(default_server):  # noqa: F811
     expect_error(default_server.post("/detokenize", {"tokens": [2 ** 64 - 1]}), 400, "tokens")
 
 
+def test_deep_nesting_is_400_and_server_survives(default_server):  # noqa: F811
+    # A million levels (2 MB, under the body limit) once overflowed the stack when copied.
+    deep = "[" * 1_000_000 + "]" * 1_000_000
+    just_over = "[" * 300 + "]" * 300
+    chat = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": %s}'
+    for nest in (deep, just_over):
+        for path, text in (("/v1/completions", '{"prompt": "hi", "zzz": %s, "max_tokens": 2}' % nest),
+                           ("/v1/chat/completions", chat % nest),
+                           ("/tokenize", '{"prompt": "hi", "zzz": %s}' % nest),
+                           ("/detokenize", '{"tokens": [1], "zzz": %s}' % nest)):
+            err = expect_error(post_text(default_server, path, text), 400)
+            assert "nests deeper" in err["message"], err
+    within = "[" * 200 + "]" * 200
+    r = post_text(default_server, "/v1/completions", '{"prompt": "hi", "zzz": %s, "max_tokens": 2}' % within)
+    assert r.status_code == 200, r.text
+    assert_still_serves(default_server)
+
+
+def test_prompt_and_n_fan_out_limits(default_server):  # noqa: F811
+    expect_error(default_server.post("/v1/completions", body(prompt=["x"] * 65)), 400, "prompt")
+    expect_error(default_server.post("/v1/completions", body(prompt=["x"] * 64, n=16)), 400, "n")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("response_format", {"type": "json_object"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+    ("response_format", {"type": 5}), ("response_format", "json"),
+    ("grammar", "root ::= (\"a\"*)*"), ("json_schema", {"type": "object"}), ("guided_regex", "a+"),
+    ("guided_json", {"type": "object"}), ("guided_choice", ["a", "b"]), ("guided_grammar", "root ::= \"a\""),
+])
+def test_structured_output_is_refused(default_server, field, value):  # noqa: F811
+    expect_error(default_server.post("/v1/completions", body(**{field: value})), 400, field)
+    chat = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, field: value}
+    expect_error(default_server.post("/v1/chat/completions", chat), 400, field)
+
+
+def test_text_response_format_is_accepted(default_server):  # noqa: F811
+    assert default_server.post("/v1/completions", body(response_format={"type": "text"})).status_code == 200
+    assert default_server.post("/v1/completions", body(response_format=None)).status_code == 200
+
+
+def test_paths_in_fields_reach_no_file(default_server):  # noqa: F811
+    for model in ("file:///etc/passwd", "../../etc/passwd", "/etc/passwd"):
+        expect_error(default_server.post("/v1/completions", body(model=model)), 404, "model", "model_not_found")
+    status, _, _ = raw_http(default_server.port, b"GET /../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 404
+
+
 def test_unknown_model_is_404(default_server):  # noqa: F811
     expect_error(default_server.post("/v1/completions", body(model="gpt-9")), 404, "model", "model_not_found")
     expect_error(default_server.post("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]}),
