@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_capped.h"
 #include "formats/gguf_weights.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
@@ -24,7 +25,8 @@ nlohmann::json read_json_file(const std::string& path, uint64_t max_bytes) {
   in.read(text.data(), static_cast<std::streamsize>(size));
   TF_CHECK(static_cast<uint64_t>(in.gcount()) == size, path, ": short read");
   try {
-    return nlohmann::json::parse(text);
+    return parse_json_capped<nlohmann::json>(
+        text, [&] { fail(path, ": JSON nests deeper than ", kMaxJsonDepth, " levels"); });
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": invalid JSON: ", e.what());
   }

@@ -104,13 +104,11 @@ void parse_messages(const ojson& m, CompletionSpec& s) {
 }  // namespace
 
 ojson parse_request_json(const std::string& body) {
-  const ojson::parser_callback_t too_deep = [](int depth, ojson::parse_event_t, ojson&) {
-    if (depth > kMaxJsonDepth) throw ApiError(400, cat("request body nests deeper than ", kMaxJsonDepth, " levels"));
-    return true;
-  };
   ojson j;
   try {
-    j = ojson::parse(body, too_deep);
+    j = parse_json_capped<ojson>(body, [] {
+      throw ApiError(400, cat("request body nests deeper than ", kMaxJsonDepth, " levels"));
+    });
   } catch (const ApiError&) {
     throw;
   } catch (const std::exception& e) {

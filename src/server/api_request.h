@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json_capped.h"
 #include "engine/sampler.h"
 
 namespace tf {
@@ -60,10 +61,6 @@ struct CompletionSpec {
   bool skip_special_tokens = true;
   std::string cache_salt;
 };
-
-// The most nesting a request body may have: parsing refuses deeper bodies, since copying a
-// deeper value recurses past the stack.
-inline constexpr int kMaxJsonDepth = 256;
 
 // A request body as a JSON object; ApiError 400 when it is not valid JSON, nests past
 // kMaxJsonDepth or is not an object.

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include "base/json_capped.h"
 #include "formats/hf_config.h"
+#include "formats/model_files.h"
 #include "test_formats_util.h"
 
 namespace tf {
@@ -8,6 +10,8 @@ namespace {
 
 using json = nlohmann::json;
 using tf::testing::expect_error;
+using tf::testing::TempDir;
+using tf::testing::write_text;
 
 json llama() {
   return json::parse(R"({
@@ -152,6 +156,20 @@ TEST(FormatsConfig, Bad12Sizes) {
   EXPECT_TRUE(c.bos_token_ids.empty());
   EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{128001});
   EXPECT_EQ(c.sliding_window, 0);
+}
+
+// A deeply nested value in a model's JSON (a million levels) is refused while parsing: copying it
+// later overflowed the stack. Nesting up to the cap still loads.
+TEST(FormatsConfig, DeepNestingIsAnError) {
+  TempDir dir;
+  const std::string p = dir.file("config.json");
+  auto nest = [](int n) { return std::string(n, '[') + std::string(n, ']'); };
+  write_text(p, "{\"architectures\": [\"LlamaForCausalLM\"], \"zzz\": " + nest(1000000) + "}");
+  expect_error([&] { read_json_file(p); }, p, "nests deeper than 256 levels");
+  write_text(p, "{\"zzz\": " + nest(kMaxJsonDepth) + "}");
+  EXPECT_TRUE(read_json_file(p).contains("zzz"));
+  write_text(p, "{\"zzz\": " + nest(kMaxJsonDepth + 1) + "}");
+  EXPECT_THROW(read_json_file(p), Error);
 }
 
 TEST(FormatsConfig, MoeFields) {
