@@ -74,11 +74,12 @@ def test_wrong_types_and_values(default_server, field, value):  # noqa: F811
     ("messages", [{"role": "user", "content": 5}]),
     ("messages", [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
     ("max_completion_tokens", 0), ("max_tokens", -1), ("logprobs", 1), ("top_logprobs", 3), ("top_logprobs", 21),
+    ("top_logprobs", -1),
 ])
 def test_chat_wrong_types_and_values(default_server, field, value):  # noqa: F811
     b = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     b[field] = value
-    if field == "top_logprobs" and value == 21:
+    if field == "top_logprobs" and value in (21, -1):
         b["logprobs"] = True
     expect_error(default_server.post("/v1/chat/completions", b), 400, field)
 
