@@ -196,6 +196,10 @@ TEST(ChatTemplate, SyntaxErrorsNameLineAndColumn) {
   EXPECT_NE(msg("{{ (((( }}").find("line 1"), std::string::npos);
   EXPECT_NE(msg("{# open").find("comment"), std::string::npos);
   EXPECT_THROW(tf::ChatTemplate("{{ " + std::string(60000, '(') + " }}"), tf::Error);
+  // No statement reaches the file system: include, import and extends are unknown statements.
+  EXPECT_NE(msg("{% include '/etc/passwd' %}").find("line 1"), std::string::npos);
+  EXPECT_NE(msg("{% import '../../etc/passwd' as x %}").find("line 1"), std::string::npos);
+  EXPECT_NE(msg("{% extends 'file:///etc/passwd' %}").find("line 1"), std::string::npos);
 }
 
 // Each hostile template must fail with tf::Error well within a second.
