@@ -166,6 +166,12 @@ std::vector<Case> kernels() {
   v.push_back({"matmul BF16 64x4096x2048 decode-round tiles (every m)", [](Backend& g, Backend& c) {
                  return matmul_gate_all(real_matmul(), g, c, DType::BF16, 4096, 2048, 64, true, 26);
                }});
+  // 66 tiles of 64 x 128 over two slices: the warpgroup tiles fold the slices in registers.
+  v.push_back({"matmul BF16 40x4096x8448 decode-round tiles folding slices (sampled m)",
+               [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::BF16, 4096, 8448, 40,
+                                    {1, 8, 16, 17, 33, 40}, true, 27);
+               }});
   v.push_back({"matmul F16 12x2048x8192 multi-step slices (every m)", [](Backend& g, Backend& c) {
                  return matmul_gate_all(real_matmul(), g, c, DType::F16, 2048, 8192, 12, false, 22);
                }});
