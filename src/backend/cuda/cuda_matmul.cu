@@ -292,8 +292,7 @@ template <int WT>
 void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                     Tensor y) {
   // Every path runs the same slices and chains; the row count only picks who runs them.
-  SplitArgs sp = split_for(x.cols, y.cols);
-  if (x.rows > 16 && free_order()) sp = SplitArgs{x.cols, 1, nullptr, nullptr, false};
+  const SplitArgs sp = x.rows > 16 ? many_rows_split(x.cols, y.cols) : split_for(x.cols, y.cols);
   if (x.rows <= 16) launch_few_rows(be, x, w, bias, y, sp);
   else if (launch_bf16_wgmma(be, x, w, bias, y, sp)) return;
   else if (launch_bf16_pipe(be, x, w, bias, y, sp)) return;

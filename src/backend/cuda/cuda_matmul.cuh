@@ -224,14 +224,43 @@ inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   return hi;
 }
 
-// TF_CUDA_FREE_ORDER=1 gives up invariance for timing its cost: many-row matmuls run one chain
-// over all of K, as an engine free to pick its reduction by batch size would.
-inline bool free_order() {
-  static const bool on = [] {
+// The split of a matmul of more than 16 rows: split_for's, or with TF_CUDA_FREE_ORDER=1 one chain
+// over all of K, as an engine free to pick its reduction by batch size would (timing the cost of
+// invariance).
+inline SplitArgs many_rows_split(int64_t K, int64_t N) {
+  static const bool free = [] {
     const char* e = std::getenv("TF_CUDA_FREE_ORDER");
     return e && std::string(e) == "1";
   }();
-  return on;
+  return free ? SplitArgs{K, 1, nullptr, nullptr, false} : split_for(K, N);
+}
+
+// The column count and tiles of output i of a multi-output launch, and its split to carve for.
+struct SplitOut {
+  SplitArgs* sp;
+  int64_t N, tiles;
+};
+
+// Gives every output f(i) (i < n) split into more than one slice its [s][M][N] partials and its
+// tiles' counters, carved from the backend's scratch in output order.
+template <class F>
+void carve_partials(CudaBackend& be, int64_t M, int n, F f) {
+  uint64_t part_n = 0, count_n = 0;
+  for (int i = 0; i < n; ++i) {
+    const SplitOut o = f(i);
+    if (o.sp->s == 1) continue;
+    part_n += static_cast<uint64_t>(o.sp->s) * M * o.N;
+    count_n += o.tiles;
+  }
+  float* part = part_n ? be.matmul_partials(part_n) : nullptr;
+  unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
+  for (int i = 0; i < n; ++i) {
+    const SplitOut o = f(i);
+    if (o.sp->s == 1) continue;
+    o.sp->part = part, o.sp->counters = counters;
+    part += static_cast<uint64_t>(o.sp->s) * M * o.N;
+    counters += o.tiles;
+  }
 }
 
 // Whether many-row tiles fold their slices in place (no partials, no second pass): from

@@ -345,7 +345,6 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
     MultiArgs ma;
     ma.n = static_cast<int>(ws.size());
-    uint64_t part_n = 0, count_n = 0;
     int tiles = 0, slices = 1;
     bool vec_w = true;
     for (int i = 0; i < ma.n; ++i) {
@@ -356,18 +355,10 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
       o.sp = sps[i];
       tiles += o.tiles;
       slices = std::max(slices, o.sp.s);
-      if (o.sp.s > 1) part_n += static_cast<uint64_t>(o.sp.s) * x.rows * o.N, count_n += o.tiles;
       vec_w = vec_w && (WT == kQ8 || ws[i]->cols % 8 == 0);
     }
-    float* part = part_n ? be.matmul_partials(part_n) : nullptr;
-    unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
-    for (int i = 0; i < ma.n; ++i) {
-      MultiOut& o = ma.o[i];
-      if (o.sp.s == 1) continue;
-      o.sp.part = part, o.sp.counters = counters;
-      part += static_cast<uint64_t>(o.sp.s) * x.rows * o.N;
-      counters += o.tiles;
-    }
+    carve_partials(be, x.rows, ma.n,
+                   [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
     const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
     auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN>

@@ -360,29 +360,18 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
   const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
   WgMulti ma;
   ma.n = static_cast<int>(ws.size());
-  uint64_t part_n = 0, count_n = 0;
   unsigned tiles = 0;
   int slices = 1;
   for (int i = 0; i < ma.n; ++i) {
     ma.w[i] = static_cast<const uint16_t*>(ws[i]->data);
     ma.bias[i] = biases[i], ma.y[i] = ys[i].data, ma.N[i] = ys[i].cols;
     ma.tiles[i] = static_cast<unsigned>((ma.N[i] + BN - 1) / BN);
-    ma.sp[i] = free_order() ? SplitArgs{K, 1, nullptr, nullptr, false} : split_for(K, ma.N[i]);
+    ma.sp[i] = many_rows_split(K, ma.N[i]);
     tiles += ma.tiles[i];
     slices = std::max(slices, ma.sp[i].s);
-    if (ma.sp[i].s == 1) continue;
-    part_n += static_cast<uint64_t>(ma.sp[i].s) * M * ma.N[i];
-    count_n += ma.tiles[i];
   }
   const uint16_t* hi = split_x<true>(be, x, Kp);
-  float* part = part_n ? be.matmul_partials(part_n) : nullptr;
-  unsigned* counters = count_n ? be.matmul_counters(count_n) : nullptr;
-  for (int i = 0; i < ma.n; ++i) {
-    if (ma.sp[i].s == 1) continue;
-    ma.sp[i].part = part, ma.sp[i].counters = counters;
-    part += static_cast<uint64_t>(ma.sp[i].s) * M * ma.N[i];
-    counters += ma.tiles[i];
-  }
+  carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
   static bool raised = false;
   constexpr int kSmem = wg_smem(WG, BN, ST);
   auto kern = wg_matmul<WG, WN, BN, ST, true, true>;
