@@ -145,27 +145,45 @@ __device__ __forceinline__ bool arrive_last(unsigned* counter, int slices) {
 
 // Sums the slices' partials of rows [m0, m0 + rows) x columns [n0, n0 + cols) in slice order.
 // Partials are [s][P][N] with P = M, or with rowmap the row p of row r is rowmap[r] (of P).
+// A thread takes kE elements a pass and loads up to 8 slices of each before adding them in
+// order, so up to 8 kE loads are in flight instead of one.
 __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, int64_t N,
                                               int64_t m0, int rows, int64_t n0, int cols,
                                               const float* __restrict__ bias, float* __restrict__ y,
                                               const int32_t* rowmap = nullptr, int64_t P = 0) {
+  constexpr int kE = 4;
   if (!rowmap) P = M;
-  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
-    const int64_t r = m0 + i / cols, c = n0 + i % cols;
-    if (r >= M || c >= N) continue;
-    const int64_t pr = rowmap ? rowmap[r] : r;
-    float t = __ldcg(sp.part + pr * N + c);
-    int s = 1;
-    // Eight partials' loads in flight at once, then their adds in slice order.
-    for (; s + 8 <= sp.s; s += 8) {
-      float v[8];
+  const int n = rows * cols, step = static_cast<int>(blockDim.x);
+  for (int i0 = threadIdx.x; i0 < n; i0 += kE * step) {
+    int64_t at[kE];  // element e's offset in a slice's partials, -1 where it is not one
+    float t[kE];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = __ldcg(sp.part + ((s + u) * P + pr) * N + c);
-#pragma unroll
-      for (int u = 0; u < 8; ++u) t = __fadd_rn(t, v[u]);
+    for (int e = 0; e < kE; ++e) {
+      const int i = i0 + e * step;
+      const int64_t r = m0 + i / cols, c = n0 + i % cols;
+      at[e] = -1;
+      if (i < n && r < M && c < N) at[e] = (rowmap ? rowmap[r] : r) * N + c;
+      t[e] = at[e] >= 0 ? __ldcg(sp.part + at[e]) : 0.0f;
     }
-    for (; s < sp.s; ++s) t = __fadd_rn(t, __ldcg(sp.part + (s * P + pr) * N + c));
-    y[pr * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
+    for (int s = 1; s < sp.s; s += 8) {
+      float v[kE][8];
+#pragma unroll
+      for (int e = 0; e < kE; ++e)
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          v[e][u] = at[e] >= 0 && s + u < sp.s ? __ldcg(sp.part + (s + u) * P * N + at[e]) : 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e)
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          if (s + u < sp.s) t[e] = __fadd_rn(t[e], v[e][u]);
+    }
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      if (at[e] < 0) continue;
+      const int64_t c = at[e] % N;
+      y[at[e]] = bias ? __fadd_rn(t[e], bias[c]) : t[e];
+    }
   }
 }
 
