@@ -1,12 +1,15 @@
 // Timings for the report: device copy bandwidth, a 4096^3 bf16 matmul, batch-1 matmuls, attention.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "backend/cuda/cuda_util.cuh"
 #include "contract.h"
+#include "contract_moe.h"
 
 namespace tf::contract {
 
@@ -15,6 +18,8 @@ namespace {
 // Mean milliseconds of fn over iters runs after two warm-ups.
 template <typename F>
 float time_ms(F fn, int iters) {
+  // TF_BENCH_ITERS=N: N runs each (1 under a profiler that replays every kernel).
+  if (const char* e = std::getenv("TF_BENCH_ITERS")) iters = std::max(1, std::atoi(e));
   fn();
   fn();
   cudaEvent_t a, b;
@@ -75,6 +80,10 @@ void bench_attention(Backend& gpu, int m, int L, bool decode, int iters) {
 
 }  // namespace
 
+void run_bench_moe(Backend& gpu) {
+  bench_moe(gpu, [](const std::function<void()>& fn, int iters) { return time_ms(fn, iters); });
+}
+
 void run_bench(Backend& gpu) {
   {
     const size_t bytes = size_t{2} << 30;
@@ -103,6 +112,7 @@ void run_bench(Backend& gpu) {
   bench_matmul(gpu, DType::BF16, 8, 4096, 28672, 20);
   bench_matmul(gpu, DType::Q8_0, 1, 4096, 28672, 20);
   bench_matmul(gpu, DType::BF16, 1, 14336, 4096, 20);
+  run_bench_moe(gpu);
   // Attention, 32 heads over 8 kv heads of 128, f32 KV in pages of 16: decode rows at the end of
   // 4096 keys, and causal prefill of 512 and 4096 rows from position 0.
   bench_attention(gpu, 1, 4096, true, 50);

@@ -87,5 +87,6 @@ SampleFn control_sample_without_penalties();
 
 // Timings for the report: copy bandwidth, big bf16 matmul, batch-1 matmuls.
 void run_bench(Backend& gpu);
+void run_bench_moe(Backend& gpu);  // the MoE layer timings of run_bench alone
 
 }  // namespace tf::contract

@@ -165,7 +165,7 @@ std::string moe_gate(const MoeFn& f, Backend& gpu, Backend& cpu, const MoeSpec& 
   if (!same_bits(got.data(), ops.data(), M * s.H))
     return tag + ": not bit-identical to the same layer run op by op on the GPU";
   // A row's bits must not depend on which rows share the call.
-  for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}, M / 2}) {
+  for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{17}, M / 2}) {
     const int64_t off = (m * 7) % (M - m + 1);
     const std::vector<float> xp(xs.begin() + off * s.H, xs.begin() + (off + m) * s.H);
     const std::vector<float> lp(ls.begin() + off * s.E, ls.begin() + (off + m) * s.E);
@@ -327,6 +327,42 @@ std::vector<MoeCase> moe_control_cases() {
                  }, g, c, 97);
                }});
   return v;
+}
+
+}  // namespace tf::contract
+
+namespace tf::contract {
+
+void bench_moe(Backend& gpu, const std::function<float(const std::function<void()>&, int)>& time_ms) {
+  struct Shape {
+    const char* name;
+    MoeSpec s;
+  };
+  MoeSpec qwen = spec(DType::BF16, 2048, 768, 128, 8, true, Act::SiLU);
+  MoeSpec nemo = spec(DType::BF16, 2688, 1856, 128, 6, false, Act::Relu2);
+  nemo.sigmoid = true, nemo.scale = 2.5f, nemo.bias = true;
+  for (const Shape& sh : {Shape{"Qwen3-30B-A3B", qwen}, Shape{"Nemotron-3-Nano", nemo}}) {
+    const MoeSpec& s = sh.s;
+    const MoeWeights w = load(gpu, s, 3);
+    const MoeRoute r = route_of(s, w);
+    for (int64_t m : {1, 8, 64}) {
+      std::mt19937 rng(static_cast<uint32_t>(m));
+      Tensor x = upload(gpu, random_floats(rng, static_cast<size_t>(m * s.H)), m, s.H);
+      Tensor lg = upload(gpu, random_floats(rng, static_cast<size_t>(m * s.E), -3.f, 3.f), m, s.E);
+      Tensor out = gpu.alloc(m, s.H);
+      std::vector<int32_t> idx(static_cast<size_t>(m * s.k));
+      std::vector<float> wt(idx.size());
+      if (s.sigmoid) gpu.topk_sigmoid_grouped(lg, r.bias, r.n_group, r.topk_group, s.k, r.norm, r.scale, idx.data(), wt.data());
+      else gpu.topk_softmax(lg, s.k, r.norm, idx.data(), wt.data());
+      std::sort(idx.begin(), idx.end());
+      const auto experts = std::unique(idx.begin(), idx.end()) - idx.begin();
+      const double bytes = static_cast<double>(experts) * (s.gated ? 3 : 2) * s.H * s.I * 2;
+      const float ms = time_ms([&] { gpu.moe_experts(x, lg, r, w.ex, out); }, 50);
+      std::printf("BENCH moe_experts %s m=%lld (%lld experts): %.3f ms, %.0f GB/s of expert weights\n",
+                  sh.name, static_cast<long long>(m), static_cast<long long>(experts), ms, bytes / ms / 1e6);
+      for (Tensor* t : {&x, &lg, &out}) gpu.free(*t);
+    }
+  }
 }
 
 }  // namespace tf::contract

@@ -14,4 +14,7 @@ using MoeCase = std::pair<std::string, std::function<std::string(Backend&, Backe
 std::vector<MoeCase> moe_kernel_cases();
 std::vector<MoeCase> moe_control_cases();
 
+// Timings of moe_experts at real MoE shapes (decode rows 1, 8, 64), timed by time_ms(fn, iters).
+void bench_moe(Backend& gpu, const std::function<float(const std::function<void()>&, int)>& time_ms);
+
 }  // namespace tf::contract

@@ -387,8 +387,11 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
       sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
     }
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    launch_kernel(skinny_matmul<WT, true, true, false, TN>, grid, kSkinnyWarps * 32, 0, x, gr.pairs,
-                  K, nullptr, nullptr, nullptr, y, N, vec_x, vec_w, sp, gr, MultiArgs{});
+    // Items of at most 8 rows take the 8-row tile, as a plain matmul of that many rows does.
+    auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN>
+                                : skinny_matmul<WT, false, true, false, TN>;
+    launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y, N,
+                  vec_x, vec_w, sp, gr, MultiArgs{});
   });
 }
 
@@ -409,7 +412,8 @@ using namespace mm;
 
 void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt,
                                  int64_t N, float* y) {
-  TF_CHECK(gr.max_items >= 1 && gr.max_items * (gr.w2 ? 2 : 1) <= 65535 && gr.x_div >= 1 && gr.pairs >= 1,
+  TF_CHECK(gr.max_items >= 1 && gr.max_items * (gr.w2 ? 2 : 1) <= 65535 && gr.x_div >= 1 &&
+               gr.pairs >= 1 && gr.rows_max >= 1 && gr.rows_max <= 16,
            "matmul_grouped: ", gr.max_items, " work items over ", gr.pairs, " rows");
   const bool vec_w = dt == DType::Q8_0 || K % 8 == 0;
   switch (dt) {

@@ -62,49 +62,60 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
   }
 }
 
-// The k best of experts 0..n-1 by one warp (lane l holds l, l + 32, ...): k rounds of the warp's
-// best allowed, not yet taken expert by ranks_before on value(i); lane 0 writes them to ir in rank
-// order, and every lane leaves together.
+// The k best of experts 0..n-1 by one warp: lane l holds value(i) of i = l, l + 32, ... in
+// registers; k rounds of the warp's best allowed, not yet taken expert by ranks_before. Lane j < k
+// returns round j's expert (the others -1).
+constexpr int kPerLane = kMaxExperts / 32;
 template <class Value, class Allowed>
-__device__ void warp_pick(int n, int k, Value value, Allowed allowed, int32_t* ir) {
+__device__ int warp_pick(int n, int k, Value value, Allowed allowed) {
   const int lane = threadIdx.x % 32;
-  uint32_t mine = 0;  // bit j: expert lane + 32 j is taken
+  float v[kPerLane];
+  uint32_t live = 0;  // bit t: expert lane + 32 t is allowed and not yet taken
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    if (32 * t >= n) break;  // the same for every lane
+    const int i = lane + 32 * t;
+    const bool ok = i < n && allowed(i);
+    v[t] = ok ? value(i) : 0.0f;
+    live |= ok ? 1u << t : 0u;
+  }
+  int mine = -1;
   for (int j = 0; j < k; ++j) {
     float bv = 0.0f;
     int bi = -1;
-    for (int t = 0, i = lane; i < n; ++t, i += 32) {
-      if (((mine >> t) & 1u) || !allowed(i)) continue;
-      const float v = value(i);
-      if (bi < 0 || ranks_before(v, i, bv, bi)) bv = v, bi = i;
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      if (32 * t >= n) break;
+      const int i = lane + 32 * t;
+      if (((live >> t) & 1u) && (bi < 0 || ranks_before(v[t], i, bv, bi))) bv = v[t], bi = i;
     }
     warp_best(bv, bi);
-    if (bi % 32 == lane) mine |= 1u << (bi / 32);
-    if (lane == 0) ir[j] = bi;
+    if (bi % 32 == lane) live &= ~(1u << (bi / 32));
+    if (lane == j) mine = bi;
   }
-  __syncwarp();
+  return mine;
 }
 
-// Row r's k most probable experts by one warp, ranked; lane 0 then sums the chosen probabilities
-// in rank order and writes the weights.
+// Row r's k most probable experts by one warp, ranked; the chosen probabilities are summed in rank
+// order for the weights.
 __device__ void route_softmax_row(int r, const float* prob, int n, int k, bool norm, int32_t* idx,
                                   float* w) {
   const int lane = threadIdx.x % 32;
   const float* p = prob + static_cast<int64_t>(r) * n;
-  int32_t* ir = idx + static_cast<int64_t>(r) * k;
-  float* wr = w + static_cast<int64_t>(r) * k;
-  warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; }, ir);
-  if (lane == 0) {
-    float ksum = 0.0f;
-    for (int j = 0; j < k; ++j) ksum = ksum + p[ir[j]];
-    for (int j = 0; j < k; ++j) wr[j] = norm ? p[ir[j]] / ksum : p[ir[j]];
+  const int e = warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; });
+  const float pe = lane < k ? p[e] : 0.0f;
+  float ksum = 0.0f;
+  for (int j = 0; j < k; ++j) ksum = ksum + __shfl_sync(0xffffffffu, pe, j);
+  if (lane < k) {
+    idx[static_cast<int64_t>(r) * k + lane] = e;
+    w[static_cast<int64_t>(r) * k + lane] = norm ? pe / ksum : pe;
   }
-  __syncwarp();
 }
 
 // Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one warp: lane l scores group l
 // (n_group <= 32) and holds experts l, l + 32, ...; every choice is the warp's best by the same
-// total order the serial form uses, and lane 0 sums the chosen scores in rank order. Every lane
-// stays to the end of the row, so the next row's shuffles start together.
+// total order the serial form uses, and every lane sums the chosen scores in rank order. Every
+// lane stays to the end of the row, so the next row's shuffles start together.
 __device__ void route_sigmoid_row(int r, const float* score, const float* bias, int n, int n_group,
                                   int topk_group, int k, bool norm, float scale, int32_t* idx,
                                   float* w) {
@@ -133,49 +144,71 @@ __device__ void route_sigmoid_row(int r, const float* score, const float* bias, 
       gmask |= 1u << bg;
     }
   }
-  int32_t* ir = idx + static_cast<int64_t>(r) * k;
-  float* wr = w + static_cast<int64_t>(r) * k;
-  warp_pick(n, k, [&](int i) { return nan_low(biased(i)); },
-            [&](int i) { return ((gmask >> (i / gsize)) & 1u) != 0; }, ir);
-  if (lane == 0) {
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum = sum + s[ir[j]];
-    for (int j = 0; j < k; ++j) wr[j] = (norm ? s[ir[j]] / (sum + 1e-20f) : s[ir[j]]) * scale;
+  const int e = warp_pick(n, k, [&](int i) { return nan_low(biased(i)); },
+                         [&](int i) { return ((gmask >> (i / gsize)) & 1u) != 0; });
+  const float se = lane < k ? s[e] : 0.0f;
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum = sum + __shfl_sync(0xffffffffu, se, j);
+  if (lane < k) {
+    idx[static_cast<int64_t>(r) * k + lane] = e;
+    w[static_cast<int64_t>(r) * k + lane] = (norm ? se / (sum + 1e-20f) : se) * scale;
   }
-  __syncwarp();
+}
+
+// Exclusive prefix sums of a[0..n) in place by the whole block (each thread a run of them, then
+// the runs' totals scanned); returns the total. Integers, so any order gives the same sums.
+__device__ int block_scan(int32_t* a, int n) {
+  __shared__ int32_t run[kRouteThreads];
+  const int per = (n + kRouteThreads - 1) / kRouteThreads, b = threadIdx.x * per;
+  const int e = min(n, b + per);
+  int sum = 0;
+  for (int i = b; i < e; ++i) sum += a[i];
+  run[threadIdx.x] = sum;
+  __syncthreads();
+  for (int off = 1; off < kRouteThreads; off <<= 1) {
+    const int add = threadIdx.x >= off ? run[threadIdx.x - off] : 0;
+    __syncthreads();
+    run[threadIdx.x] += add;
+    __syncthreads();
+  }
+  int at = threadIdx.x ? run[threadIdx.x - 1] : 0;
+  const int total = run[kRouteThreads - 1];
+  for (int i = b; i < e; ++i) {
+    const int c = a[i];
+    a[i] = at;
+    at += c;
+  }
+  __syncthreads();
+  return total;
 }
 
 // Pairs (row * k + rank) listed by expert, rows ascending within an expert, and the work items of
-// at most kRowsPerItem pairs each; run by one whole block.
+// at most kRowsPerItem pairs each, items in expert order; run by one whole block of kRouteThreads.
 __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, int32_t* items,
                           int32_t* n_items) {
-  __shared__ int32_t cnt[kMaxExperts], off[kMaxExperts];
+  __shared__ int32_t cnt[kMaxExperts], off[kMaxExperts], first[kMaxExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&cnt[idx[p]], 1);
+  __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    int c = 0;
-    for (int p = 0; p < pairs; ++p) c += idx[p] == e;
-    cnt[e] = c;
+    off[e] = cnt[e];
+    first[e] = (cnt[e] + kRowsPerItem - 1) / kRowsPerItem;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int o = 0, it = 0;
-    for (int e = 0; e < E; ++e) {
-      off[e] = o;
-      for (int s = 0; s < cnt[e]; s += kRowsPerItem) {
-        items[3 * it] = e;
-        items[3 * it + 1] = o + s;
-        items[3 * it + 2] = min(kRowsPerItem, cnt[e] - s);
-        ++it;
-      }
-      o += cnt[e];
+  block_scan(off, E);
+  const int total = block_scan(first, E);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int s = 0, it = first[e]; s < cnt[e]; s += kRowsPerItem, ++it) {
+      items[3 * it] = e;
+      items[3 * it + 1] = off[e] + s;
+      items[3 * it + 2] = min(kRowsPerItem, cnt[e] - s);
     }
-    *n_items = it;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int o = off[e];
     for (int p = 0; p < pairs; ++p)
       if (idx[p] == e) order[o++] = p;
   }
+  if (threadIdx.x == 0) *n_items = total;
 }
 
 // One block routes every row (a warp per row), then lists the pairs by expert.
@@ -193,25 +226,33 @@ __global__ void moe_route_kernel(const float* prob, const float* bias, int rows,
   moe_lists(idx, rows * k, n, order, items, n_items);
 }
 
-// out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index.
+// out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index: block
+// (x, y) takes columns of rows y, y + gridDim.y, ..., ranking each row's pairs by expert first.
 __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const float* down, int k,
-                                   int64_t cols, float* out, int64_t total) {
+                                   int64_t rows, int64_t cols, float* out) {
   grid_wait();
   grid_launch_next();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  const int64_t r = i / cols, c = i % cols;
-  const int32_t* ir = idx + r * k;
-  float acc = 0.0f;
-  int prev = -1;
-  for (int t = 0; t < k; ++t) {
-    int jn = -1;
-    for (int j = 0; j < k; ++j)
-      if (ir[j] > prev && (jn < 0 || ir[j] < ir[jn])) jn = j;
-    prev = ir[jn];
-    acc = acc + w[r * k + jn] * down[(r * k + jn) * cols + c];
+  __shared__ int32_t by_expert[kMaxK];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int32_t* ir = idx + r * k;
+    if (static_cast<int>(threadIdx.x) < k) {
+      const int j = static_cast<int>(threadIdx.x);
+      int rank = 0;
+      for (int t = 0; t < k; ++t) rank += ir[t] < ir[j] || (ir[t] == ir[j] && t < j);
+      by_expert[rank] = j;
+    }
+    __syncthreads();
+    if (c < cols) {
+      float acc = 0.0f;
+      for (int t = 0; t < k; ++t) {
+        const int j = by_expert[t];
+        acc = acc + w[r * k + j] * down[(r * k + j) * cols + c];
+      }
+      out[r * cols + c] = acc;
+    }
+    __syncthreads();  // the next row overwrites by_expert
   }
-  out[i] = acc;
 }
 
 }  // namespace
@@ -331,6 +372,7 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   gr.n_items = items + 3 * max_items;
   gr.order = order;
   gr.max_items = static_cast<int>(max_items);
+  gr.rows_max = static_cast<int>(std::min<int64_t>(kRowsPerItem, m));
   gr.pairs = P;
   gr.x_div = static_cast<int>(k);
   gr.w = gated ? ptrs : ptrs + E;
@@ -349,8 +391,9 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
     matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
   }
   const ProfScope ps(*this, "moe combine", nullptr, m);
-  launch_kernel(moe_combine_kernel, grid_for(m * H, 256), 256, 0, idx, wts, dbuf,
-                static_cast<int>(k), H, out.data, m * H);
+  const dim3 cgrid(grid_for(H, 256), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
+  launch_kernel(moe_combine_kernel, cgrid, 256, 0, idx, wts, dbuf, static_cast<int>(k), m, H,
+                out.data);
   check_launch(op);
   return true;
 }
