@@ -62,7 +62,7 @@ struct GroupedRows {
   const int32_t* order = nullptr;
   const ExpertPtr* w = nullptr;
   int max_items = 0;
-  int rows_max = 16;  // most rows an item holds (a row picks an expert once: at most the call's rows)
+  int rows_max = 16;  // most rows an item holds; a row picks an expert once, so at most m
   int64_t pairs = 0;  // rows of y
   int x_div = 1;
   // A second weight table run in the same launch (items max_items.. of the grid), into y2.

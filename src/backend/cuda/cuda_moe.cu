@@ -102,7 +102,8 @@ __device__ void route_softmax_row(int r, const float* prob, int n, int k, bool n
                                   float* w) {
   const int lane = threadIdx.x % 32;
   const float* p = prob + static_cast<int64_t>(r) * n;
-  const int e = warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; });
+  const int e =
+      warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; });
   const float pe = lane < k ? p[e] : 0.0f;
   float ksum = 0.0f;
   for (int j = 0; j < k; ++j) ksum = ksum + __shfl_sync(0xffffffffu, pe, j);
