@@ -67,7 +67,7 @@ WEATHER_Q = {"role": "user", "content": "Weather in Paris?"}
 FINAL = {"role": "assistant", "content": "It is sunny and 21.5 °C in Paris."}
 
 
-def conversations():
+def conversations(template):
     base = {"bos_token": "<s>", "eos_token": "</s>", "__now__": NOW}
     convs = {
         "single": [U1],
@@ -94,6 +94,84 @@ def conversations():
         ctx = dict(base, messages=convs["think"], add_generation_prompt=True, enable_thinking=flag)
         yield f"think/enable_thinking={flag}", ctx
     yield "tools/none", dict(base, messages=convs["system"], add_generation_prompt=True, tools=None)
+    yield from richer_conversations(base, template)
+
+
+# Shapes newer templates read: nested tool schemas, parallel calls, reasoning history, images and the
+# template kwargs real callers pass. Appended after the cases above so older fixtures only gain cases;
+# a kwarg case is only made for templates that read that kwarg, which keeps the fixtures small.
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search_docs",
+        "description": "  Search the documentation.\nReturns the best matches.  ",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Query text"},
+                "filters": {
+                    "type": "object",
+                    "description": "Optional filters",
+                    "properties": {"lang": {"type": "string", "enum": ["en", "de"]}, "max": {"type": "integer"}},
+                    "required": ["lang"],
+                },
+                "tags": {"type": "array", "description": "Tags to match", "items": {"type": "string"}},
+                "exact": {"type": "boolean", "description": "Exact match only", "nullable": True},
+                "score": {"type": ["number", "null"], "description": "Minimum score", "default": 0.5},
+            },
+            "required": ["query", "tags"],
+        },
+    },
+}
+RICH_TOOLS = TOOLS + [SEARCH_TOOL]
+PARALLEL = {"role": "assistant", "content": "Let me check both.", "tool_calls": [
+    {"id": "call_search01", "type": "function", "function": {"name": "search_docs", "arguments": {
+        "query": "Köln \"Dom\"", "filters": {"lang": "de", "max": 3}, "tags": ["a", "b"], "exact": True, "score": 0.25}}},
+    {"id": "call_weather2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Berlin", "unit": "celsius"}}},
+]}
+RESULT_SEARCH = {"role": "tool", "tool_call_id": "call_search01", "name": "search_docs", "content": "[\"doc1\", \"doc2\"]"}
+RESULT_WEATHER = {"role": "tool", "tool_call_id": "call_weather2", "name": "get_weather", "content": "{\"temperature\": 18}"}
+GEMMA_RESULT = {"role": "tool", "tool_responses": [{"name": "get_weather", "response": {"temperature": 21.5, "sky": "clear"}}]}
+R_HIST1 = {"role": "assistant", "content": "Fine, thanks.", "reasoning_content": "The user greets me.\n"}
+R_HIST2 = {"role": "assistant", "content": "<think>\nAdd two and two.\n</think>\n\nIt is 4."}
+IMAGE_Q = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in this image?"}]}
+IMAGE_URL_Q = {"role": "user", "content": [{"type": "text", "text": "Compare with "}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}
+SYS_PARTS = {"role": "system", "content": [{"type": "text", "text": "You are terse."}]}
+DOCUMENTS = [{"title": "Weather", "text": "Paris is sunny today."}, {"title": "Notes", "text": "Köln: \"rain\""}]
+
+
+def richer_conversations(base, template):
+    convs = {
+        "parallel_tools": [SYS, WEATHER_Q, PARALLEL, RESULT_SEARCH, RESULT_WEATHER, FINAL],
+        "reasoning_history": [SYS, U1, R_HIST1, U2, R_HIST2, U1],
+        "images": [IMAGE_Q, A1, IMAGE_URL_Q],
+        "system_parts": [SYS_PARTS, U1],
+    }
+    if "tool_responses" in template:
+        convs["gemma_tool_responses"] = [WEATHER_Q, CALL, GEMMA_RESULT]
+    for name, msgs in convs.items():
+        yield f"{name}/agp=True", dict(base, messages=msgs, add_generation_prompt=True)
+    yield "parallel_tools/rich_tools", dict(base, messages=convs["parallel_tools"], add_generation_prompt=True,
+                                            tools=RICH_TOOLS)
+    yield "system/rich_tools_no_thinking", dict(base, messages=[SYS, U1], add_generation_prompt=True, tools=RICH_TOOLS,
+                                                enable_thinking=False)
+    if "truncate_history_thinking" in template:
+        yield "reasoning_history/keep_thinking", dict(base, messages=convs["reasoning_history"],
+                                                      add_generation_prompt=True, truncate_history_thinking=False,
+                                                      enable_thinking=True)
+    if "add_vision_id" in template:
+        yield "images/vision_id", dict(base, messages=convs["images"], add_generation_prompt=True, add_vision_id=True)
+    if "builtin_tools" in template:
+        yield "tools/builtin_tools", dict(base, messages=[SYS, WEATHER_Q], add_generation_prompt=True, tools=TOOLS,
+                                          builtin_tools=["brave_search", "wolfram_alpha", "code_interpreter"])
+    if "documents" in template:
+        yield "multi/documents", dict(base, messages=[SYS, U1, A1, U2], add_generation_prompt=True, documents=DOCUMENTS)
+    for budget in (0, 512, 100000) if "thinking_budget" in template else ():
+        yield f"multi/thinking_budget={budget}", dict(base, messages=[SYS, U1, A1, U2], add_generation_prompt=True,
+                                                      thinking_budget=budget)
+    for effort in ("low", "high") if "reasoning_effort" in template else ():
+        yield f"tools/reasoning_effort={effort}", dict(base, messages=[SYS, WEATHER_Q, CALL, RESULT, FINAL],
+                                                       add_generation_prompt=True, tools=TOOLS, reasoning_effort=effort)
 
 
 def render(template, context):
@@ -106,7 +184,7 @@ def main():
     for src in sorted((FIXTURES / "src").glob("*.jinja")):
         template = src.read_text(encoding="utf-8")
         cases = []
-        for label, ctx in conversations():
+        for label, ctx in conversations(template):
             case = {"name": label, "context": ctx}
             try:
                 case["expected"] = render(template, ctx)

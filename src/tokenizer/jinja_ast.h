@@ -35,18 +35,20 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 struct Node {
-  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, FilterBlock, Scope };
+  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, CallBlock, Break, Continue, FilterBlock, Scope };
   Kind kind = Kind::Text;
   size_t pos = 0;
   std::string text;                // Text; Macro name
-  ExprPtr expr;                    // Output, Set value, For iterable
+  ExprPtr expr;                    // Output, Set value, For iterable, CallBlock call
   std::vector<ExprPtr> conds;      // If: one condition per branch
   std::vector<Body> branches;      // If: bodies, an extra last one is the else
   std::vector<std::string> targets;  // For and Set names; Set ns.attr: {ns, attr} with attr_target
   bool attr_target = false;
   ExprPtr cond;                    // For: inline if filter
   Body body, else_body;
-  std::vector<std::pair<std::string, ExprPtr>> params;  // Macro parameters with defaults
+  std::vector<std::pair<std::string, ExprPtr>> params;  // Macro and CallBlock caller parameters with defaults
+  // Macro: the body reads varargs / kwargs / caller, so extra arguments and a call block's caller are accepted.
+  bool uses_varargs = false, uses_kwargs = false, uses_caller = false;
   std::vector<ExprPtr> filters;    // SetBlock / FilterBlock: Filter nodes whose subject is empty
 };
 

@@ -112,6 +112,7 @@ Evaluator::Flow Evaluator::exec_node(const Node& n, std::string& out, const Fram
       return fl;
     }
     case Node::Kind::Macro: frame->vars[n.text] = make_macro(n, frame); return Flow::Normal;
+    case Node::Kind::CallBlock: append(out, to_str(exec_call_block(n, frame))); return Flow::Normal;
     case Node::Kind::Break: return Flow::Break;
     case Node::Kind::Continue: return Flow::Continue;
     case Node::Kind::Scope: return exec(n.body, out, frame);
@@ -123,7 +124,7 @@ Evaluator::Flow Evaluator::exec_for(const Node& n, std::string& out, const Frame
   Value seq = eval(*n.expr, frame);
   if (seq.is_none() || seq.kind == Value::Kind::Bool || seq.is_number() || seq.kind == Value::Kind::Callable ||
       seq.kind == Value::Kind::Namespace)
-    fail_pos(n.expr->pos, "'" + seq.type_name() + "' object is not iterable");
+    fail_pos(n.expr->pos, cat("'", seq.type_name(), "' object is not iterable"));
   ValueList items = iterate(seq);
   auto bind = [&](const FramePtr& f, const Value& item) {
     if (n.targets.size() == 1) {
@@ -147,12 +148,8 @@ Evaluator::Flow Evaluator::exec_for(const Node& n, std::string& out, const Frame
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
-    auto f = std::make_shared<Frame>();
-    f->parent = frame;
-    exec(n.else_body, out, f);
-    return Flow::Normal;
-  }
+  // jinja2 runs the else block unless some iteration reached the end of the body (break and continue skip it).
+  bool completed = false;
   const int64_t len = static_cast<int64_t>(items.size());
   for (int64_t k = 0; k < len; ++k) {
     step();
@@ -179,6 +176,12 @@ Evaluator::Flow Evaluator::exec_for(const Node& n, std::string& out, const Frame
     f->vars["loop"] = loop;
     Flow fl = exec(n.body, out, f);
     if (fl == Flow::Break) break;
+    completed = completed || fl == Flow::Normal;
+  }
+  if (!completed && !n.else_body.empty()) {
+    auto f = std::make_shared<Frame>();
+    f->parent = frame;
+    exec(n.else_body, out, f);
   }
   return Flow::Normal;
 }
@@ -205,43 +208,87 @@ Value Evaluator::make_macro(const Node& n, const FramePtr& frame) {
   std::weak_ptr<Frame> weak = frame;
   const Node* node = &n;
   return Value::callable(n.text, [this, node, weak](Evaluator&, ValueList& args, KwArgs& kwargs) {
-    step();
-    TF_CHECK(call_depth_ < limits_.max_call_depth, "chat template: macro '", node->text,
-             "' nested deeper than ", limits_.max_call_depth, " calls");
     auto f = std::make_shared<Frame>();
     f->parent = weak.lock();
     if (!f->parent) f->parent = root_;
-    if (args.size() > node->params.size())
-      fail_pos(node->pos, cat("macro '", node->text, "' takes not more than ", node->params.size(), " argument(s)"));
-    for (const auto& [k, v] : kwargs) {
-      bool known = false;
-      for (const auto& p : node->params) known = known || p.first == k;
-      if (!known) fail_pos(node->pos, cat("macro '", node->text, "' takes no keyword argument '", k, "'"));
-    }
-    for (size_t k = 0; k < node->params.size(); ++k) {
-      const auto& [pname, def] = node->params[k];
-      if (k < args.size()) {
-        f->vars[pname] = args[k];
-        continue;
-      }
-      const Value* kw = nullptr;
-      for (const auto& [name, v] : kwargs)
-        if (name == pname) kw = &v;
-      if (kw) f->vars[pname] = *kw;
-      else if (def) f->vars[pname] = eval(*def, f);
-      else f->vars[pname] = Value::undefined("'" + pname + "' is undefined");
-    }
-    ++call_depth_;
-    std::string text;
-    try {
-      exec(node->body, text, f);
-    } catch (...) {
-      --call_depth_;
-      throw;
-    }
-    --call_depth_;
-    return Value::string(std::move(text));
+    bind_params(*node, "macro '" + node->text + "'", f, args, kwargs);
+    return run_body(*node, f);
   });
+}
+
+void Evaluator::bind_params(const Node& n, const std::string& what, const FramePtr& f, ValueList& args,
+                            KwArgs& kwargs) {
+  const size_t np = n.params.size();
+  if (args.size() > np && !n.uses_varargs)
+    fail_pos(n.pos, cat(what, " takes not more than ", np, " argument(s)"));
+  Value extra_kw = Value::make_dict();
+  Value caller = Value::undefined("No caller defined");
+  for (const auto& [k, v] : kwargs) {
+    bool known = false;
+    for (const auto& p : n.params) known = known || p.first == k;
+    if (known) continue;
+    if (k == "caller" && n.uses_caller) caller = v;
+    else if (n.uses_kwargs) extra_kw.dict->set(Value::string(k), v);
+    else fail_pos(n.pos, cat(what, " takes no keyword argument '", k, "'"));
+  }
+  for (size_t k = 0; k < np; ++k) {
+    const auto& [pname, def] = n.params[k];
+    const Value* kw = nullptr;
+    for (const auto& [name, v] : kwargs)
+      if (name == pname) kw = &v;
+    if (k < args.size()) {
+      if (kw) fail_pos(n.pos, cat(what, " got multiple values for argument '", pname, "'"));
+      f->vars[pname] = args[k];
+    } else if (kw) {
+      f->vars[pname] = *kw;
+    } else if (def) {
+      f->vars[pname] = eval(*def, f);
+    } else {
+      f->vars[pname] = Value::undefined("'" + pname + "' is undefined");
+    }
+  }
+  if (n.uses_varargs)
+    f->vars["varargs"] = Value::make_list(args.size() > np ? ValueList(args.begin() + static_cast<long>(np), args.end())
+                                                           : ValueList{}, true);
+  if (n.uses_kwargs) f->vars["kwargs"] = extra_kw;
+  if (n.uses_caller) f->vars["caller"] = caller;
+}
+
+Value Evaluator::run_body(const Node& n, const FramePtr& f) {
+  step();
+  TF_CHECK(call_depth_ < limits_.max_call_depth, "chat template: macro '", n.text, "' nested deeper than ",
+           limits_.max_call_depth, " calls");
+  ++call_depth_;
+  std::string text;
+  try {
+    exec(n.body, text, f);
+  } catch (...) {
+    --call_depth_;
+    throw;
+  }
+  --call_depth_;
+  return Value::string(std::move(text));
+}
+
+Value Evaluator::exec_call_block(const Node& n, const FramePtr& frame) {
+  std::weak_ptr<Frame> weak = frame;
+  const Node* node = &n;
+  Value caller = Value::callable("caller", [this, node, weak](Evaluator&, ValueList& args, KwArgs& kwargs) {
+    auto f = std::make_shared<Frame>();
+    f->parent = weak.lock();
+    if (!f->parent) f->parent = root_;
+    bind_params(*node, "caller", f, args, kwargs);
+    return run_body(*node, f);
+  });
+  const Expr& call_expr = *n.expr;
+  Value callee = eval(*call_expr.args[0], frame);
+  ValueList args;
+  for (size_t k = 1; k < call_expr.args.size(); ++k) args.push_back(eval(*call_expr.args[k], frame));
+  KwArgs kw;
+  for (const auto& [name, x] : call_expr.kwargs) kw.emplace_back(name, eval(*x, frame));
+  kw.emplace_back("caller", caller);
+  if (callee.is_undefined()) fail_pos(call_expr.pos, callee.s.empty() ? "value is undefined" : callee.s);
+  return call(callee, args, kw);
 }
 
 Value Evaluator::call(const Value& callee, ValueList& args, KwArgs& kwargs) {

@@ -64,6 +64,10 @@ class Evaluator {
   Flow exec_for(const Node& n, std::string& out, const FramePtr& frame);
   void exec_set(const Node& n, const FramePtr& frame);
   Value make_macro(const Node& n, const FramePtr& frame);
+  // Binds a macro's (or a call block caller's) parameters, varargs, kwargs and caller into f.
+  void bind_params(const Node& n, const std::string& what, const FramePtr& f, ValueList& args, KwArgs& kwargs);
+  Value run_body(const Node& n, const FramePtr& f);
+  Value exec_call_block(const Node& n, const FramePtr& frame);
   Value eval(const Expr& e, const FramePtr& frame);
   Value eval_call(const Expr& e, const FramePtr& frame);
   Value lookup(const std::string& name, const FramePtr& frame) const;
@@ -80,6 +84,14 @@ Value get_item(Evaluator& ev, const Value& obj, const Value& key);
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 // Items of a value being iterated: list items, dict keys, string characters.
 ValueList iterate(const Value& v);
+
+// Python's fmt % args (jinja2's format filter): args is a tuple of values, or a mapping for %(key)s.
+std::string percent_format(Evaluator& ev, const std::string& fmt, const Value& args);
+// Python's fmt.format(*args, **kwargs); depth bounds nested fields inside format specs.
+std::string str_format(Evaluator& ev, const std::string& fmt, const ValueList& args, const KwArgs& kwargs,
+                       int depth = 0);
+// A bound method of a str value ('abc'.strip); undefined when Python's str has no such method.
+Value string_method(const Value& obj, const std::string& name);
 
 // Keyword/positional argument lookup for natives: index-th positional or the named keyword.
 const Value* find_arg(const ValueList& args, const KwArgs& kwargs, size_t index, const char* name);

@@ -1,6 +1,9 @@
 // Filters and tests of jinja2's default environment, with transformers' tojson.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "tokenizer/jinja_eval.h"
 #include "tokenizer/jinja_text.h"
@@ -35,11 +38,22 @@ Value sort_key(const Value& v, bool case_sensitive) {
 }
 
 ValueList sorted(Evaluator& ev, ValueList items, bool reverse, bool case_sensitive, const Value* attribute) {
+  static const std::string comma = ",";
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& item : items) {
-    Value key = attribute && attribute->is_string() ? attribute_path(ev, item, attribute->s) : item;
-    if (attribute && attribute->is_int()) key = get_item(ev, item, *attribute);
-    keyed.emplace_back(sort_key(key, case_sensitive), std::move(item));
+    Value key = item;
+    if (attribute && attribute->is_int()) {
+      key = sort_key(get_item(ev, item, *attribute), case_sensitive);
+    } else if (attribute && attribute->is_string() && attribute->s.find(',') != std::string::npos) {
+      // "a,b": jinja2 sorts by the list of those attributes.
+      ValueList parts;
+      for (const auto& path : py_split(attribute->s, &comma, -1, false))
+        parts.push_back(sort_key(attribute_path(ev, item, path), case_sensitive));
+      key = Value::make_list(std::move(parts));
+    } else {
+      key = sort_key(attribute && attribute->is_string() ? attribute_path(ev, item, attribute->s) : item, case_sensitive);
+    }
+    keyed.emplace_back(std::move(key), std::move(item));
   }
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
     return reverse ? less(b.first, a.first) : less(a.first, b.first);
@@ -86,6 +100,82 @@ Value select_items(Evaluator& ev, const Value& seq, ValueList& args, KwArgs& kw,
   return Value::make_list(std::move(out));
 }
 
+// jinja2's truncate: strings within length + leeway stay; otherwise cut at a word unless killwords.
+Value truncate_text(const std::string& s, ValueList& args, KwArgs& kw) {
+  Value length = arg_or(args, kw, 0, "length", Value::integer(255));
+  bool killwords = arg_or(args, kw, 1, "killwords", Value::boolean(false)).truthy();
+  Value end = arg_or(args, kw, 2, "end", Value::string("..."));
+  Value leeway = arg_or(args, kw, 3, "leeway", Value::integer(5));
+  TF_CHECK(length.is_int() && leeway.is_int() && leeway.i >= 0 && end.is_string(), "chat template: bad truncate arguments");
+  auto cps = utf8_decode(s);
+  const int64_t end_len = static_cast<int64_t>(utf8_length(end.s));
+  TF_CHECK(length.i >= end_len, "chat template: expected length >= ", end_len, ", got ", length.i);
+  if (static_cast<int64_t>(cps.size()) <= length.i + leeway.i) return Value::string(s);
+  std::string head = utf8_encode({cps.begin(), cps.begin() + (length.i - end_len)});
+  if (!killwords) {
+    size_t sp = head.rfind(' ');
+    if (sp != std::string::npos) head.resize(sp);
+  }
+  return Value::string(head + end.s);
+}
+
+// Markup.striptags: drop comments and tags, collapse whitespace, decode the common entities.
+std::string strip_tags(const std::string& s) {
+  std::string text;
+  for (size_t k = 0; k < s.size();) {
+    if (s.compare(k, 4, "<!--") == 0) {
+      size_t e = s.find("-->", k + 4);
+      if (e != std::string::npos) {
+        k = e + 3;
+        continue;
+      }
+    }
+    if (s[k] == '<') {
+      size_t e = s.find('>', k + 1);
+      if (e != std::string::npos) {
+        k = e + 1;
+        continue;
+      }
+    }
+    text += s[k++];
+  }
+  std::string joined;
+  for (const auto& w : py_split(text, nullptr, -1, false)) joined += (joined.empty() ? "" : " ") + w;
+  static const std::pair<const char*, const char*> kEntities[] = {
+      {"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&#34;", "\""}, {"&nbsp;", "\u00a0"}};
+  std::string out;
+  for (size_t k = 0; k < joined.size();) {
+    bool hit = false;
+    for (const auto& [from, to] : kEntities) {
+      size_t n = std::char_traits<char>::length(from);
+      if (joined.compare(k, n, from) == 0) {
+        out += to;
+        k += n;
+        hit = true;
+        break;
+      }
+    }
+    if (!hit) out += joined[k++];
+  }
+  return out;
+}
+
+// urllib.parse.quote(s, safe="/") over the UTF-8 bytes.
+std::string url_quote(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+        c == '-' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof(b), "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
 Value min_max(Evaluator& ev, const Value& seq, ValueList& args, KwArgs& kw, bool want_max) {
   bool cs = arg_or(args, kw, 0, "case_sensitive", Value::boolean(false)).truthy();
   const Value* attr = find_arg(args, kw, 1, "attribute");
@@ -122,8 +212,7 @@ Value Evaluator::filter(const std::string& name, const Value& v, ValueList& args
     Value indent = arg_or(args, kw, 1, "indent", Value::none());
     if (indent.is_int()) opt.indent = static_cast<int>(std::clamp<int64_t>(indent.i, 0, 64));
     else TF_CHECK(indent.is_none(), "chat template: tojson indent must be an integer");
-    TF_CHECK(!arg_or(args, kw, 0, "ensure_ascii", Value::boolean(false)).truthy(),
-             "chat template: tojson(ensure_ascii=true) is not supported");
+    opt.ensure_ascii = arg_or(args, kw, 0, "ensure_ascii", Value::boolean(false)).truthy();
     Value seps = arg_or(args, kw, 2, "separators", Value::none());
     opt.item_sep = opt.indent >= 0 ? "," : ", ";
     opt.key_sep = ": ";
@@ -235,6 +324,11 @@ Value Evaluator::filter(const std::string& name, const Value& v, ValueList& args
   if (name == "rejectattr") return select_items(*this, v, args, kw, true, false);
   if (name == "attr") {
     TF_CHECK(!args.empty() && args[0].is_string(), "chat template: attr needs a name");
+    // Python getattr: a dict's keys are items, not attributes, so only its methods are found.
+    if (v.is_dict()) {
+      Value m = get_attr(*this, v, args[0].s);
+      return m.kind == Value::Kind::Callable ? m : Value::undefined(cat("'dict object' has no attribute '", args[0].s, "'"));
+    }
     return get_attr(*this, v, args[0].s);
   }
   if (name == "sum") {
@@ -305,11 +399,65 @@ Value Evaluator::filter(const std::string& name, const Value& v, ValueList& args
     Value prec = arg_or(args, kw, 0, "precision", Value::integer(0));
     Value method = arg_or(args, kw, 1, "method", Value::string("common"));
     TF_CHECK(v.is_number(), "chat template: round needs a number");
-    double scale = std::pow(10.0, static_cast<double>(prec.as_int()));
-    double x = v.as_double() * scale;
-    double r = method.s == "ceil" ? std::ceil(x) : method.s == "floor" ? std::floor(x) : std::nearbyint(x);
-    return Value::number(r / scale);
+    TF_CHECK(prec.is_int(), "chat template: round precision must be an integer");
+    TF_CHECK(method.is_string() && (method.s == "common" || method.s == "ceil" || method.s == "floor"),
+             "chat template: method must be common, ceil or floor");
+    const int64_t p = std::clamp<int64_t>(prec.i, -400, 400);
+    if (method.s != "common") {
+      double scale = std::pow(10.0, static_cast<double>(p));
+      double x = v.as_double() * scale;
+      return Value::number((method.s == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+    }
+    // Python's round(): ints stay ints; floats round half to even on their exact decimal value.
+    if (v.is_int() && p >= 0) return Value::integer(v.i);
+    if (v.is_int()) {
+      if (p < -18) return Value::integer(0);
+      int64_t unit = 1;
+      for (int64_t k = 0; k < -p; ++k) unit *= 10;
+      int64_t q = v.i / unit, r = v.i % unit;
+      if (r < 0) {
+        r += unit;
+        --q;
+      }
+      if (2 * r > unit || (2 * r == unit && (q & 1))) ++q;
+      return Value::integer(q * unit);
+    }
+    double x = v.f;
+    if (!std::isfinite(x) || p > 330) return Value::number(x);
+    if (p < 0) {
+      double unit = std::pow(10.0, static_cast<double>(-p));
+      return Value::number(std::nearbyint(x / unit) * unit);
+    }
+    std::vector<char> buf(static_cast<size_t>(p) + 400);
+    std::snprintf(buf.data(), buf.size(), "%.*f", static_cast<int>(p), x);
+    return Value::number(std::strtod(buf.data(), nullptr));
   }
+  if (name == "format") {
+    TF_CHECK(args.empty() || kw.empty(), "chat template: can't handle positional and keyword arguments at the same time");
+    Value packed = Value::make_list(args, true);
+    if (!kw.empty()) {
+      packed = Value::make_dict();
+      for (const auto& [k, x] : kw) packed.dict->set(Value::string(k), x);
+    }
+    return Value::string(percent_format(*this, to_str(v), packed));
+  }
+  if (name == "slice") {
+    Value n = arg_or(args, kw, 0, "slices", Value::none());
+    TF_CHECK(n.is_int() && n.i > 0 && n.i <= 100000, "chat template: slice count must be a positive integer");
+    const Value* fill = find_arg(args, kw, 1, "fill_with");
+    ValueList items = iterate(v), out;
+    size_t count = static_cast<size_t>(n.i), per = items.size() / count, extra = items.size() % count, offset = 0;
+    for (size_t k = 0; k < count; ++k) {
+      size_t start = offset + k * per;
+      if (k < extra) ++offset;
+      size_t end = offset + (k + 1) * per;
+      ValueList part(items.begin() + static_cast<long>(start), items.begin() + static_cast<long>(end));
+      if (fill && !fill->is_none() && k >= extra) part.push_back(*fill);
+      out.push_back(Value::make_list(std::move(part)));
+    }
+    return Value::make_list(std::move(out));
+  }
+  if (name == "pprint") return Value::string(to_repr(v));
   std::string s = to_str(v);
   if (name == "trim") {
     const Value* chars = find_arg(args, kw, 0, "chars");
@@ -321,6 +469,19 @@ Value Evaluator::filter(const std::string& name, const Value& v, ValueList& args
   if (name == "capitalize") return Value::string(py_capitalize(s));
   if (name == "escape" || name == "e") return Value::string(html_escape(s));
   if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(s, nullptr, -1, false).size()));
+  if (name == "center") {
+    ValueList a{arg_or(args, kw, 0, "width", Value::integer(80))};
+    KwArgs none;
+    Value fn = string_method(Value::string(s), "center");
+    return call(fn, a, none);
+  }
+  if (name == "truncate") return truncate_text(s, args, kw);
+  if (name == "striptags") return Value::string(strip_tags(s));
+  if (name == "urlencode") {
+    TF_CHECK(v.is_string() || v.is_number() || v.is_none() || v.is_undefined(),
+             "chat template: urlencode of mappings and lists is not supported");
+    return Value::string(url_quote(s));
+  }
   if (name == "replace") {
     TF_CHECK(args.size() >= 2, "chat template: replace needs old and new");
     std::string from = to_str(args[0]), to = to_str(args[1]);

@@ -166,132 +166,17 @@ Value binary_op(Evaluator& ev, const std::string& op, const Value& a, const Valu
       return Value::integer(r);
     }
     if (a.as_double() == 0.0 && b.as_double() < 0) fail("chat template: 0.0 cannot be raised to a negative power");
+    TF_CHECK(a.as_double() >= 0 || std::floor(b.as_double()) == b.as_double(),
+             "chat template: a negative number to a fractional power is complex, which templates do not support");
     return Value::number(std::pow(a.as_double(), b.as_double()));
   }
   unsupported();
+  return Value::undefined();  // not reached: unsupported() throws
 }
 
 namespace {
 
 Value method(std::string name, NativeFn fn) { return Value::callable(std::move(name), std::move(fn)); }
-
-const std::string& str_arg(const ValueList& args, const KwArgs& kw, size_t i, const char* name, const char* method) {
-  const Value* v = find_arg(args, kw, i, name);
-  TF_CHECK(v && v->is_string(), "chat template: ", method, "() argument ", name, " must be str");
-  return v->s;
-}
-
-int64_t int_arg(const ValueList& args, const KwArgs& kw, size_t i, const char* name, int64_t def) {
-  const Value* v = find_arg(args, kw, i, name);
-  if (!v || v->is_none()) return def;
-  TF_CHECK(v->is_int(), "chat template: argument ", name, " must be an integer");
-  return v->i;
-}
-
-Value string_method(const Value& obj, const std::string& name) {
-  const std::string s = obj.s;
-  auto strip_fn = [s, name](bool l, bool r) {
-    return method(name, [s, l, r](Evaluator&, ValueList& args, KwArgs& kw) {
-      const Value* c = find_arg(args, kw, 0, "chars");
-      if (c && !c->is_none() && !c->is_string()) fail("chat template: strip arg must be None or str");
-      return Value::string(py_strip(s, c && c->is_string() ? &c->s : nullptr, l, r));
-    });
-  };
-  if (name == "strip") return strip_fn(true, true);
-  if (name == "lstrip") return strip_fn(true, false);
-  if (name == "rstrip") return strip_fn(false, true);
-  if (name == "startswith" || name == "endswith") {
-    bool start = name == "startswith";
-    return method(name, [s, start](Evaluator&, ValueList& args, KwArgs& kw) {
-      const Value* p = find_arg(args, kw, 0, "prefix");
-      TF_CHECK(p, "chat template: startswith/endswith takes one argument");
-      ValueList options = p->is_list() ? *p->list : ValueList{*p};
-      for (const auto& o : options) {
-        TF_CHECK(o.is_string(), "chat template: startswith/endswith first arg must be str or a tuple of str");
-        if (o.s.size() <= s.size() && (start ? s.compare(0, o.s.size(), o.s) == 0
-                                             : s.compare(s.size() - o.s.size(), o.s.size(), o.s) == 0))
-          return Value::boolean(true);
-      }
-      return Value::boolean(false);
-    });
-  }
-  if (name == "split" || name == "rsplit") {
-    bool right = name == "rsplit";
-    return method(name, [s, right](Evaluator& ev, ValueList& args, KwArgs& kw) {
-      const Value* sep = find_arg(args, kw, 0, "sep");
-      int64_t maxsplit = int_arg(args, kw, 1, "maxsplit", -1);
-      if (sep && !sep->is_none() && !sep->is_string()) fail("chat template: split separator must be str or None");
-      if (sep && sep->is_string() && sep->s.empty()) fail("chat template: empty separator");
-      ev.charge(s.size());
-      ValueList out;
-      for (auto& part : py_split(s, sep && sep->is_string() ? &sep->s : nullptr, maxsplit, right))
-        out.push_back(Value::string(std::move(part)));
-      return Value::make_list(std::move(out));
-    });
-  }
-  if (name == "replace") {
-    return method(name, [s](Evaluator& ev, ValueList& args, KwArgs& kw) {
-      const std::string& from = str_arg(args, kw, 0, "old", "replace");
-      const std::string& to = str_arg(args, kw, 1, "new", "replace");
-      int64_t count = int_arg(args, kw, 2, "count", -1);
-      uint64_t hits = static_cast<uint64_t>(py_count(s, from));
-      TF_CHECK(to.size() <= from.size() || s.size() + hits * (to.size() - from.size()) <= ev.limits().max_output,
-               "chat template: replace result longer than ", ev.limits().max_output, " bytes");
-      std::string r = py_replace(s, from, to, count);
-      ev.charge(r.size());
-      return Value::string(std::move(r));
-    });
-  }
-  auto simple = [&](std::string (*fn)(const std::string&)) {
-    return method(name, [s, fn](Evaluator&, ValueList&, KwArgs&) { return Value::string(fn(s)); });
-  };
-  if (name == "upper") return simple(py_upper);
-  if (name == "lower") return simple(py_lower);
-  if (name == "title") return simple(py_title);
-  if (name == "capitalize") return simple(py_capitalize);
-  if (name == "find" || name == "count" || name == "index") {
-    return method(name, [s, name](Evaluator&, ValueList& args, KwArgs& kw) {
-      const std::string& sub = str_arg(args, kw, 0, "sub", name.c_str());
-      if (name == "count") return Value::integer(py_count(s, sub));
-      int64_t at = py_find(s, sub);
-      TF_CHECK(name == "find" || at >= 0, "chat template: substring not found");
-      return Value::integer(at);
-    });
-  }
-  if (name == "join") {
-    return method(name, [s](Evaluator& ev, ValueList& args, KwArgs& kw) {
-      const Value* seq = find_arg(args, kw, 0, "iterable");
-      TF_CHECK(seq, "chat template: join() takes exactly one argument");
-      std::string out;
-      bool first = true;
-      for (const auto& item : iterate(*seq)) {
-        TF_CHECK(item.is_string(), "chat template: sequence item: expected str instance, ", item.type_name(), " found");
-        if (!first) out += s;
-        first = false;
-        out += item.s;
-        TF_CHECK(out.size() <= ev.limits().max_output, "chat template: join result too long");
-      }
-      ev.charge(out.size());
-      return Value::string(std::move(out));
-    });
-  }
-  if (name == "isdigit" || name == "isspace" || name == "isalpha" || name == "islower" || name == "isupper") {
-    return method(name, [s, name](Evaluator&, ValueList&, KwArgs&) {
-      auto cps = utf8_decode(s);
-      if (cps.empty()) return Value::boolean(false);
-      if (name == "islower") return Value::boolean(py_lower(s) == s && py_upper(s) != s);
-      if (name == "isupper") return Value::boolean(py_upper(s) == s && py_lower(s) != s);
-      for (char32_t c : cps) {
-        bool ok = name == "isdigit" ? (c >= '0' && c <= '9')
-                  : name == "isspace" ? py_isspace(c)
-                                      : ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80);
-        if (!ok) return Value::boolean(false);
-      }
-      return Value::boolean(true);
-    });
-  }
-  return Value::undefined("'str object' has no attribute '" + name + "'");
-}
 
 Value dict_method(const Value& obj, const std::string& name) {
   auto d = obj.dict;
@@ -378,7 +263,7 @@ Value get_attr(Evaluator& ev, const Value& obj, const std::string& name) {
     }
     default: break;
   }
-  return Value::undefined("'" + to_repr(obj).substr(0, 40) + "' has no attribute '" + name + "'");
+  return Value::undefined(cat("'", to_repr(obj).substr(0, 40), "' has no attribute '", name, "'"));
 }
 
 Value get_item(Evaluator& ev, const Value& obj, const Value& key) {
@@ -412,7 +297,7 @@ Value get_item(Evaluator& ev, const Value& obj, const Value& key) {
     Value a = get_attr(ev, obj, key.s);
     if (!a.is_undefined()) return a;
   }
-  return Value::undefined("'" + obj.type_name() + " object' has no attribute " + to_repr(key));
+  return Value::undefined(cat("'", obj.type_name(), " object' has no attribute ", to_repr(key)));
 }
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
@@ -469,6 +354,40 @@ void Evaluator::install_globals() {
     }
     for (const auto& [k, v] : kw) ns.dict->set(Value::string(k), v);
     return ns;
+  });
+  globals_["joiner"] = Value::callable("joiner", [](Evaluator&, ValueList& args, KwArgs& kw) {
+    const Value* sep = find_arg(args, kw, 0, "sep");
+    std::string text = sep ? to_str(*sep) : ", ";
+    auto used = std::make_shared<bool>(false);
+    return Value::callable("joiner", [text, used](Evaluator&, ValueList&, KwArgs&) {
+      bool first = !*used;
+      *used = true;
+      return Value::string(first ? "" : text);
+    });
+  });
+  globals_["cycler"] = Value::callable("cycler", [](Evaluator&, ValueList& args, KwArgs&) {
+    TF_CHECK(!args.empty(), "chat template: at least one item has to be provided");
+    // A namespace holding next(), reset() and current; the methods reach it weakly so it can be freed.
+    Value c = Value::make_namespace();
+    auto items = std::make_shared<ValueList>(args);
+    auto pos = std::make_shared<size_t>(0);
+    std::weak_ptr<ValueDict> self = c.dict;
+    c.dict->set(Value::string("current"), (*items)[0]);
+    c.dict->set(Value::string("next"), Value::callable("next", [items, pos, self](Evaluator&, ValueList&, KwArgs&) {
+      Value out = (*items)[*pos];
+      *pos = (*pos + 1) % items->size();
+      if (auto d = self.lock()) d->set(Value::string("current"), (*items)[*pos]);
+      return out;
+    }));
+    c.dict->set(Value::string("reset"), Value::callable("reset", [items, pos, self](Evaluator&, ValueList&, KwArgs&) {
+      *pos = 0;
+      if (auto d = self.lock()) d->set(Value::string("current"), (*items)[0]);
+      return Value::none();
+    }));
+    return c;
+  });
+  globals_["lipsum"] = Value::callable("lipsum", [](Evaluator&, ValueList&, KwArgs&) -> Value {
+    fail("chat template: lipsum() makes random text, which a chat template cannot reproduce");
   });
   globals_["dict"] = Value::callable("dict", [](Evaluator&, ValueList& args, KwArgs& kw) {
     Value d = Value::make_dict();

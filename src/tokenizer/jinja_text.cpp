@@ -49,6 +49,21 @@ bool py_isspace(char32_t c) {
          c == 0x205F || c == 0x3000;
 }
 
+bool py_isprintable(char32_t c) {
+  if (c == ' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
+  }
+}
+
 std::string py_strip(const std::string& s, const std::string* chars, bool left, bool right) {
   auto cps = utf8_decode(s);
   std::vector<char32_t> set;
@@ -104,9 +119,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
       while (k < n && py_isspace(cps[k])) ++k;
       if (k >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-        size_t e = n;
-        while (e > k && py_isspace(cps[e - 1])) --e;
-        out.push_back(utf8_encode({cps.begin() + k, cps.begin() + e}));
+        out.push_back(utf8_encode({cps.begin() + k, cps.end()}));  // the remainder keeps its trailing spaces
         break;
       }
       size_t b = k;
@@ -120,9 +133,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
       while (k > 0 && py_isspace(cps[k - 1])) --k;
       if (k == 0) break;
       if (maxsplit >= 0 && static_cast<int64_t>(rev.size()) >= maxsplit) {
-        size_t b = 0;
-        while (b < k && py_isspace(cps[b])) ++b;
-        rev.push_back(utf8_encode({cps.begin() + b, cps.begin() + k}));
+        rev.push_back(utf8_encode({cps.begin(), cps.begin() + k}));  // the remainder keeps its leading spaces
         break;
       }
       size_t e = k;
@@ -172,49 +183,115 @@ char32_t up(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_c
 char32_t low(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
 }  // namespace
 
+namespace {
+// Python's unconditional SpecialCasing: characters whose upper or title case is more than one character.
+struct FullCase {
+  char32_t c;
+  const char* upper;
+  const char* title;
+};
+constexpr FullCase kFullCase[] = {
+    {0x00DF, "SS", "Ss"},  {0x0149, "\u02BCN", "\u02BCN"}, {0x01F0, "J\u030C", "J\u030C"},
+    {0x0587, "\u0535\u0552", "\u0535\u0582"}, {0x1E96, "H\u0331", "H\u0331"}, {0x1E97, "T\u0308", "T\u0308"},
+    {0x1E98, "W\u030A", "W\u030A"}, {0x1E99, "Y\u030A", "Y\u030A"}, {0x1E9A, "A\u02BE", "A\u02BE"},
+    {0xFB00, "FF", "Ff"},  {0xFB01, "FI", "Fi"}, {0xFB02, "FL", "Fl"}, {0xFB03, "FFI", "Ffi"},
+    {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"}, {0xFB06, "ST", "St"},
+};
+
+const FullCase* full_case(char32_t c) {
+  for (const auto& f : kFullCase)
+    if (f.c == c) return &f;
+  return nullptr;
+}
+
+void append_upper(std::string& out, char32_t c, bool title) {
+  if (const FullCase* f = full_case(c)) {
+    out += title ? f->title : f->upper;
+    return;
+  }
+  utf8_append(out, title ? static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))) : up(c));
+}
+
+void append_lower(std::string& out, char32_t c) {
+  if (c == 0x0130) {
+    out += "i\u0307";  // İ lowers to i + combining dot above
+    return;
+  }
+  utf8_append(out, low(c));
+}
+}  // namespace
+
 std::string py_upper(const std::string& s) {
-  auto cps = utf8_decode(s);
-  for (auto& c : cps) c = up(c);
-  return utf8_encode(cps);
+  std::string out;
+  for (char32_t c : utf8_decode(s)) append_upper(out, c, false);
+  return out;
 }
 
 std::string py_lower(const std::string& s) {
-  auto cps = utf8_decode(s);
-  for (auto& c : cps) c = low(c);
-  return utf8_encode(cps);
+  std::string out;
+  for (char32_t c : utf8_decode(s)) append_lower(out, c);
+  return out;
+}
+
+std::string py_casefold(const std::string& s) {
+  std::string out;
+  for (char32_t c : utf8_decode(s)) {
+    if (c == 0x00DF) out += "ss";
+    else if (const FullCase* f = full_case(c)) out += py_lower(f->upper);
+    else append_lower(out, c);
+  }
+  return out;
+}
+
+std::string py_swapcase(const std::string& s) {
+  std::string out;
+  for (char32_t c : utf8_decode(s)) {
+    if (low(c) != c || c == 0x0130) append_lower(out, c);
+    else append_upper(out, c, false);
+  }
+  return out;
 }
 
 std::string py_title(const std::string& s) {
-  auto cps = utf8_decode(s);
+  std::string out;
   bool prev_cased = false;
-  for (auto& c : cps) {
+  for (char32_t c : utf8_decode(s)) {
     bool cased = is_cased_letter(c);
-    if (cased) c = prev_cased ? low(c) : up(c);
+    if (!cased) utf8_append(out, c);
+    else if (prev_cased) append_lower(out, c);
+    else append_upper(out, c, true);
     prev_cased = cased;
   }
-  return utf8_encode(cps);
+  return out;
 }
 
 std::string py_capitalize(const std::string& s) {
-  auto cps = utf8_decode(s);
-  for (size_t k = 0; k < cps.size(); ++k) cps[k] = k == 0 ? up(cps[k]) : low(cps[k]);
-  return utf8_encode(cps);
+  std::string out;
+  bool first = true;
+  for (char32_t c : utf8_decode(s)) {
+    if (first) append_upper(out, c, true);
+    else append_lower(out, c);
+    first = false;
+  }
+  return out;
 }
 
 std::string jinja_title(const std::string& s) {
   // jinja2 splits on runs of [-\s({[<] and upper-cases the first character of each piece.
-  auto cps = utf8_decode(s);
   auto is_sep = [](char32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_isspace(c); };
+  std::string out;
   bool start = true;
-  for (auto& c : cps) {
+  for (char32_t c : utf8_decode(s)) {
     if (is_sep(c)) {
+      utf8_append(out, c);
       start = true;
       continue;
     }
-    c = start ? up(c) : low(c);
+    if (start) append_upper(out, c, false);
+    else append_lower(out, c);
     start = false;
   }
-  return utf8_encode(cps);
+  return out;
 }
 
 int64_t py_count(const std::string& s, const std::string& sub) {
@@ -262,6 +339,7 @@ std::string unescape_python(const std::string& raw, const std::function<void(con
       case 'r': out += '\r'; break;
       case 't': out += '\t'; break;
       case 'v': out += '\v'; break;
+      case 'N': on_error("\\N{name} escapes are not supported"); break;  // refusing beats printing them raw
       case 'x': utf8_append(out, hex(k, 2)); break;
       case 'u': utf8_append(out, hex(k, 4)); break;
       case 'U': {

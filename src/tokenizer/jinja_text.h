@@ -13,6 +13,8 @@ void utf8_append(std::string& out, char32_t cp);
 size_t utf8_length(const std::string& s);
 
 bool py_isspace(char32_t c);
+// str.isprintable() of one character: what repr() leaves unescaped.
+bool py_isprintable(char32_t c);
 // str.strip/lstrip/rstrip: chars empty means whitespace.
 std::string py_strip(const std::string& s, const std::string* chars, bool left, bool right);
 std::string rstrip_ws(const std::string& s);
@@ -23,6 +25,8 @@ std::string py_upper(const std::string& s);
 std::string py_lower(const std::string& s);
 std::string py_title(const std::string& s);       // str.title()
 std::string py_capitalize(const std::string& s);  // str.capitalize()
+std::string py_casefold(const std::string& s);    // str.casefold()
+std::string py_swapcase(const std::string& s);    // str.swapcase()
 std::string jinja_title(const std::string& s);    // the |title filter, which differs from str.title()
 int64_t py_count(const std::string& s, const std::string& sub);
 // str.find in code points, -1 when absent.

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "tokenizer/jinja_text.h"
 
 namespace tf::jinja {
 
@@ -209,7 +210,7 @@ void repr_into(std::string& out, const Value& v, int depth) {
   check_depth(depth);
   using K = Value::Kind;
   switch (v.kind) {
-    case K::Undefined: return;
+    case K::Undefined: out += "Undefined"; return;  // how jinja2's Undefined prints inside a container
     case K::None: out += "None"; return;
     case K::Bool: out += v.b ? "True" : "False"; return;
     case K::Int: out += std::to_string(v.i); return;
@@ -301,27 +302,35 @@ std::string repr_string(const std::string& s) {
   bool has_double = s.find('"') != std::string::npos;
   char q = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, q);
-  for (unsigned char c : s) {
+  for (char32_t c : utf8_decode(s)) {
     if (c == '\\') out += "\\\\";
-    else if (c == static_cast<unsigned char>(q)) out += std::string("\\") + q;
+    else if (c == static_cast<char32_t>(q)) out += std::string("\\") + q;
     else if (c == '\n') out += "\\n";
     else if (c == '\r') out += "\\r";
     else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\x%02x", c);
+    else if ((c >= 0x20 && c < 0x7f) || (c > 0x7f && py_isprintable(c))) utf8_append(out, c);
+    else {
+      // Python escapes what it cannot print by the shortest of \xHH, \uHHHH and \UHHHHHHHH.
+      char b[16];
+      if (c <= 0xff) std::snprintf(b, sizeof(b), "\\x%02x", static_cast<unsigned>(c));
+      else if (c <= 0xffff) std::snprintf(b, sizeof(b), "\\u%04x", static_cast<unsigned>(c));
+      else std::snprintf(b, sizeof(b), "\\U%08x", static_cast<unsigned>(c));
       out += b;
-    } else {
-      out += static_cast<char>(c);
     }
   }
   out += q;
   return out;
 }
 
-std::string json_quote(const std::string& s) {
+std::string json_quote(const std::string& s, bool ensure_ascii) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  auto escape = [&](unsigned cp) {
+    char b[16];
+    std::snprintf(b, sizeof(b), "\\u%04x", cp);
+    out += b;
+  };
+  for (size_t k = 0; k < s.size(); ++k) {
+    unsigned char c = static_cast<unsigned char>(s[k]);
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -332,11 +341,23 @@ std::string json_quote(const std::string& s) {
       case '\f': out += "\\f"; break;
       default:
         if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          out += b;
-        } else {
+          escape(c);
+        } else if (c < 0x80 || !ensure_ascii) {
           out += static_cast<char>(c);
+        } else {
+          // ensure_ascii: one \uXXXX per UTF-16 unit, astral code points as surrogate pairs.
+          size_t n = 1;
+          while (k + n < s.size() && (static_cast<unsigned char>(s[k + n]) & 0xC0) == 0x80) ++n;
+          for (char32_t cp : utf8_decode(s.substr(k, n))) {
+            if (cp >= 0x10000) {
+              cp -= 0x10000;
+              escape(0xD800 + (cp >> 10));
+              escape(0xDC00 + (cp & 0x3FF));
+            } else {
+              escape(cp);
+            }
+          }
+          k += n - 1;
         }
     }
   }
@@ -362,7 +383,7 @@ void json_into(std::string& out, const Value& v, const JsonOptions& opt, int lev
       else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
       else out += repr_float(v.f);
       return;
-    case K::String: out += json_quote(v.s); return;
+    case K::String: out += json_quote(v.s, opt.ensure_ascii); return;
     case K::List: {
       if (v.list->empty()) {
         out += "[]";
@@ -395,10 +416,10 @@ void json_into(std::string& out, const Value& v, const JsonOptions& opt, int lev
         first = false;
         newline(level + 1);
         const Value& key = kv->first;
-        if (key.is_string()) out += json_quote(key.s);
+        if (key.is_string()) out += json_quote(key.s, opt.ensure_ascii);
         else if (key.kind == K::Bool) out += key.b ? "\"true\"" : "\"false\"";
         else if (key.is_none()) out += "\"null\"";
-        else if (key.is_number()) out += "\"" + to_repr(key) + "\"";
+        else if (key.is_number()) out += cat('"', to_repr(key), '"');
         else fail("chat template: tojson: keys must be str, int, float, bool or None, not ", key.type_name());
         out += opt.key_sep;
         json_into(out, kv->second, opt, level + 1);

@@ -87,10 +87,11 @@ struct JsonOptions {
   int indent = -1;  // -1: single line
   std::string item_sep, key_sep;
   bool sort_keys = false;
+  bool ensure_ascii = false;  // transformers' tojson default; true escapes every non-ASCII character
 };
-// json.dumps(..., ensure_ascii=False) as transformers' tojson filter calls it.
+// json.dumps(...) as transformers' tojson filter calls it.
 std::string to_json(const Value& v, const JsonOptions& opt);
-std::string json_quote(const std::string& s);
+std::string json_quote(const std::string& s, bool ensure_ascii = false);
 
 // Converts the render context; depth and size are bounded so hostile input cannot overflow the stack.
 // nlohmann::ordered_json keeps the key order Python's json.loads keeps; nlohmann::json sorts keys.
