@@ -1,5 +1,5 @@
-// AVX-VNNI build of the Q8_0 tile (vpdpbusd); chosen at run time by matmul_q8_avx2.
-#pragma GCC target("avxvnni")
+// AVX-VNNI build of the Q8_0 tile (vpdpbusd; -mavxvnni from CMakeLists.txt); chosen at run time
+// by matmul_q8_avx2.
 #include "backend/cpu/q8_tile_avx2.h"
 
 namespace tf::cpu {
