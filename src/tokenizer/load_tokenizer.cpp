@@ -173,13 +173,25 @@ void apply_hf_configs(HfTokenizer& tok, const ModelFiles& f) {
   }
 }
 
+// A value of the wrong JSON type deep in a file surfaces as a nlohmann exception: it becomes a
+// tf::Error naming the file.
+template <class F>
+auto naming_file(const std::string& file, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    fail(file, ": a field has the wrong type or value: ", e.what());
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const ModelFiles& f) {
   std::unique_ptr<Tokenizer> tok;
   if (!f.tokenizer_json.is_null()) {
-    auto hf = std::make_unique<HfTokenizer>(f.tokenizer_json, f.path + "/tokenizer.json");
-    apply_hf_configs(*hf, f);
+    const std::string file = f.path + "/tokenizer.json";
+    auto hf = naming_file(file, [&] { return std::make_unique<HfTokenizer>(f.tokenizer_json, file); });
+    naming_file(f.path + "/tokenizer_config.json", [&] { apply_hf_configs(*hf, f); });
     tok = std::move(hf);
   } else if (f.gguf) {
     tok = load_gguf(*f.gguf);

@@ -205,6 +205,28 @@ TEST(Tokenizer, LoadAppliesConfigs) {
   }
 }
 
+TEST(Tokenizer, WrongJsonTypesNameTheFile) {
+  // Found by fuzz/fuzz_tokenizer_json: a string where a flag belongs escaped as a bare json error.
+  ModelFiles f;
+  f.path = "model";
+  f.tokenizer_json = byte_level_json();
+  f.tokenizer_json["added_tokens"] = json::array({{{"id", 1000}, {"content", "<x>"}, {"special", "yes"}}});
+  try {
+    load_tokenizer(f);
+    FAIL() << "a string 'special' must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model/tokenizer.json"), std::string::npos) << e.what();
+  }
+  f.tokenizer_json = byte_level_json();
+  f.tokenizer_config = {{"add_bos_token", "yes"}};
+  try {
+    load_tokenizer(f);
+    FAIL() << "a string 'add_bos_token' must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Tokenizer, LlamaGgufWhenShared) {
   const std::string path = std::string(TF_SHARED_DIR) + "/models/llama-2-tiny-random.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
