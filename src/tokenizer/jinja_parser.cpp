@@ -44,10 +44,13 @@ Body Parser::parse_body(const std::set<std::string>& ends) {
   }
 }
 
-// After parse_body stopped on an end keyword: consume it and the block end.
-std::string Parser::take_end_keyword() {
-  std::string kw = expect_name();
-  return kw;
+std::string Parser::take_end_keyword() { return expect_name(); }
+
+Body Parser::closed_body(const std::string& end) {
+  Body b = parse_body({end});
+  take_end_keyword();
+  expect_block_end();
+  return b;
 }
 
 NodePtr Parser::parse_statement() {
@@ -69,9 +72,7 @@ NodePtr Parser::parse_statement() {
         expect_block_end();
       } else if (end == "else") {
         expect_block_end();
-        n->branches.push_back(parse_body({"endif"}));
-        take_end_keyword();
-        expect_block_end();
+        n->branches.push_back(closed_body("endif"));
         break;
       } else {
         expect_block_end();
@@ -125,9 +126,7 @@ NodePtr Parser::parse_statement() {
       n->kind = Node::Kind::SetBlock;
       parse_filter_chain(n->filters);
       expect_block_end();
-      n->body = parse_body({"endset"});
-      take_end_keyword();
-      expect_block_end();
+      n->body = closed_body("endset");
     }
   } else if (kw == "macro") {
     n->kind = Node::Kind::Macro;
@@ -150,9 +149,7 @@ NodePtr Parser::parse_statement() {
     n->expr = parse_expression();
     if (n->expr->kind != Expr::Kind::Call) fail_at(src_, n->expr->pos, "expected call");
     expect_block_end();
-    n->body = parse_body({"endcall"});
-    take_end_keyword();
-    expect_block_end();
+    n->body = closed_body("endcall");
   } else if (kw == "break" || kw == "continue") {
     n->kind = kw == "break" ? Node::Kind::Break : Node::Kind::Continue;
     expect_block_end();
@@ -160,16 +157,12 @@ NodePtr Parser::parse_statement() {
     n->kind = Node::Kind::FilterBlock;
     parse_filter_chain(n->filters, false);
     expect_block_end();
-    n->body = parse_body({"endfilter"});
-    take_end_keyword();
-    expect_block_end();
+    n->body = closed_body("endfilter");
   } else if (kw == "generation") {
     // transformers' AssistantTracker tag: renders its body unchanged.
     n->kind = Node::Kind::Scope;
     expect_block_end();
-    n->body = parse_body({"endgeneration"});
-    take_end_keyword();
-    expect_block_end();
+    n->body = closed_body("endgeneration");
   } else {
     fail_at(src_, pos, "encountered unknown tag '" + kw + "'");
   }

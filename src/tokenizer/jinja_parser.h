@@ -87,8 +87,10 @@ class Parser {
   // Statements (jinja_parser.cpp).
   // Parses nodes until a block tag whose keyword is in `ends` (left unconsumed) or Eof.
   Body parse_body(const std::set<std::string>& ends);
-  // After parse_body stopped on an end keyword: consume it and the block end.
+  // After parse_body stopped on an end keyword: consume the keyword (the caller takes the block end).
   std::string take_end_keyword();
+  // A body up to {% end %}, end tag consumed.
+  Body closed_body(const std::string& end);
   NodePtr parse_statement();
   // "(a, b=default, ...)" of a macro or a call block's caller.
   void parse_params(Node& n);
