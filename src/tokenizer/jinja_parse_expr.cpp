@@ -55,24 +55,26 @@ ExprPtr Parser::binary(Expr::Kind k, const std::string& op, ExprPtr l, ExprPtr r
   return e;
 }
 
-ExprPtr Parser::parse_or() {
-  size_t pos = cur().pos;
-  ExprPtr l = parse_and();
-  while (is_name("or")) {
+template <class Operand>
+ExprPtr Parser::left_assoc(Expr::Kind k, std::initializer_list<const char*> ops, bool words, Operand operand) {
+  const size_t pos = cur().pos;
+  ExprPtr l = operand();
+  while (true) {
+    const char* hit = nullptr;
+    for (const char* o : ops)
+      if (words ? is_name(o) : is_op(o)) hit = o;
+    if (!hit) return l;
     next();
-    l = binary(Expr::Kind::Or, "or", std::move(l), parse_and(), pos);
+    l = binary(k, hit, std::move(l), operand(), pos);
   }
-  return l;
+}
+
+ExprPtr Parser::parse_or() {
+  return left_assoc(Expr::Kind::Or, {"or"}, true, [&] { return parse_and(); });
 }
 
 ExprPtr Parser::parse_and() {
-  size_t pos = cur().pos;
-  ExprPtr l = parse_not();
-  while (is_name("and")) {
-    next();
-    l = binary(Expr::Kind::And, "and", std::move(l), parse_not(), pos);
-  }
-  return l;
+  return left_assoc(Expr::Kind::And, {"and"}, true, [&] { return parse_not(); });
 }
 
 ExprPtr Parser::parse_not() {
@@ -118,45 +120,19 @@ ExprPtr Parser::parse_compare() {
 }
 
 ExprPtr Parser::parse_math1() {
-  size_t pos = cur().pos;
-  ExprPtr l = parse_concat();
-  while (is_op("+") || is_op("-")) {
-    std::string op = cur().text;
-    next();
-    l = binary(Expr::Kind::Binary, op, std::move(l), parse_concat(), pos);
-  }
-  return l;
+  return left_assoc(Expr::Kind::Binary, {"+", "-"}, false, [&] { return parse_concat(); });
 }
 
 ExprPtr Parser::parse_concat() {
-  size_t pos = cur().pos;
-  ExprPtr l = parse_math2();
-  while (is_op("~")) {
-    next();
-    l = binary(Expr::Kind::Binary, "~", std::move(l), parse_math2(), pos);
-  }
-  return l;
+  return left_assoc(Expr::Kind::Binary, {"~"}, false, [&] { return parse_math2(); });
 }
 
 ExprPtr Parser::parse_math2() {
-  size_t pos = cur().pos;
-  ExprPtr l = parse_pow();
-  while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-    std::string op = cur().text;
-    next();
-    l = binary(Expr::Kind::Binary, op, std::move(l), parse_pow(), pos);
-  }
-  return l;
+  return left_assoc(Expr::Kind::Binary, {"*", "/", "//", "%"}, false, [&] { return parse_pow(); });
 }
 
 ExprPtr Parser::parse_pow() {
-  size_t pos = cur().pos;
-  ExprPtr l = parse_unary(true);
-  while (is_op("**")) {
-    next();
-    l = binary(Expr::Kind::Binary, "**", std::move(l), parse_unary(true), pos);
-  }
-  return l;
+  return left_assoc(Expr::Kind::Binary, {"**"}, false, [&] { return parse_unary(true); });
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {

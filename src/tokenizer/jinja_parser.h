@@ -1,6 +1,7 @@
 #pragma once
 // The template parser, shared by its statement half (jinja_parser.cpp) and expression half (jinja_parse_expr.cpp).
 #include <algorithm>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,6 +105,9 @@ class Parser {
   ExprPtr parse_tuple(bool allow_empty_parens, bool no_condexpr);
   ExprPtr parse_expression();
   ExprPtr binary(Expr::Kind k, const std::string& op, ExprPtr l, ExprPtr r, size_t pos);
+  // One left-associative level: operand (op operand)*, op one of ops (keywords when words).
+  template <class Operand>
+  ExprPtr left_assoc(Expr::Kind k, std::initializer_list<const char*> ops, bool words, Operand operand);
   ExprPtr parse_or();
   ExprPtr parse_and();
   ExprPtr parse_not();
