@@ -6,6 +6,7 @@
 // count of the round or the tile a channel falls in.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -86,10 +87,14 @@ DevJobs upload_jobs(CudaBackend& be, const SeqJobs& j) {
   const uint64_t js = sizeof(SeqJob);
   const uint64_t n_step = j.step.size(), n_chunk = j.chunked.size(), n_keep = j.keep.size();
   const uint64_t keep_at = (n_step + n_chunk) * js;
-  uint8_t* s = be.scratch(keep_at + n_keep * 8 + 16);
-  be.upload_bytes(s, j.step.data(), n_step * js);
-  be.upload_bytes(s + n_step * js, j.chunked.data(), n_chunk * js);
-  be.upload_bytes(s + keep_at, j.keep.data(), n_keep * 8);
+  // One upload through the pinned metadata ring, ordered on the stream: a synchronous copy here
+  // would wait for every kernel queued before it, once per recurrent op.
+  thread_local std::vector<uint8_t> host;
+  host.resize(keep_at + n_keep * 8);
+  if (n_step) std::memcpy(host.data(), j.step.data(), n_step * js);
+  if (n_chunk) std::memcpy(host.data() + n_step * js, j.chunked.data(), n_chunk * js);
+  if (n_keep) std::memcpy(host.data() + keep_at, j.keep.data(), n_keep * 8);
+  const auto* s = static_cast<const uint8_t*>(be.meta(host.data(), host.size()));
   DevJobs d;
   d.step = reinterpret_cast<const SeqJob*>(s);
   d.chunked = reinterpret_cast<const SeqJob*>(s + n_step * js);

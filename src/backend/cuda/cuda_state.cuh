@@ -31,7 +31,7 @@ struct DevJobs {
   const int64_t* keep = nullptr;
 };
 
-// Copies the jobs into the backend's scratch (valid until the next op's metadata).
+// Copies the jobs to the device through the backend's metadata ring (valid for the op's kernels).
 DevJobs upload_jobs(CudaBackend& be, const SeqJobs& j);
 
 // A 1-row weight of n entries as f32 on the device (null for a null w); names op and what.
