@@ -62,6 +62,14 @@ struct RopeParams {
   float mscale = 1.0f;           // multiplies cos and sin (YaRN attention factor)
 };
 
+// Per-head RMS norms of q and k before rope (null: none); add_one multiplies by 1 + weight.
+struct QkNorm {
+  const Weight* q = nullptr;
+  const Weight* k = nullptr;
+  float eps = 0.0f;
+  bool add_one = false;
+};
+
 struct AttnParams {
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -205,6 +213,20 @@ class Backend {
   // Stores rows of k and v [m x kv_heads*head_dim] into the pages of their positions.
   virtual void kv_store(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
                         const RowLayout& rows) = 0;
+  // What comes between the q/k/v projections and attention: q and k normalized per head when
+  // their norm is given, both rotated when rope.rot_dim > 0, then k and v stored. A backend may
+  // fuse it; the bits are those of rmsnorm, rope and kv_store called in that order.
+  virtual void attention_prep(Tensor q, Tensor k, const Tensor& v, const QkNorm& norm,
+                              const RopeParams& rope, const AttnParams& p, KvStorage& kv, int layer,
+                              const RowLayout& rows) {
+    if (norm.q) rmsnorm(q.reshape(p.head_dim), *norm.q, norm.eps, norm.add_one, q.reshape(p.head_dim));
+    if (norm.k) rmsnorm(k.reshape(p.head_dim), *norm.k, norm.eps, norm.add_one, k.reshape(p.head_dim));
+    if (rope.rot_dim > 0) {
+      this->rope(q, p.n_heads, rows.pos.data(), rope);
+      this->rope(k, p.n_kv_heads, rows.pos.data(), rope);
+    }
+    kv_store(kv, layer, k, v, rows);
+  }
   // Causal attention of each row of q [m x n_heads*head_dim] over its sequence's stored
   // keys at positions [0, pos] (or the sliding window), out [m x n_heads*head_dim].
   virtual void attention(const Tensor& q, Tensor out, const KvStorage& kv, int layer,

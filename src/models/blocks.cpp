@@ -151,13 +151,7 @@ void attention_forward(Backend& b, const AttentionBlock& a, const RopeParams& ro
   const auto& P = a.params;
   Tensor q = s.q.slice_rows(0, m), k = s.k.slice_rows(0, m), v = s.v.slice_rows(0, m);
   b.matmul_many(in, {{a.q.get(), a.q_bias.get(), q}, {a.k.get(), a.k_bias.get(), k}, {a.v.get(), a.v_bias.get(), v}});
-  if (a.q_norm) b.rmsnorm(q.reshape(P.head_dim), *a.q_norm, a.norm_eps, false, q.reshape(P.head_dim));
-  if (a.k_norm) b.rmsnorm(k.reshape(P.head_dim), *a.k_norm, a.norm_eps, false, k.reshape(P.head_dim));
-  if (rope.rot_dim > 0) {
-    b.rope(q, P.n_heads, rows.pos.data(), rope);
-    b.rope(k, P.n_kv_heads, rows.pos.data(), rope);
-  }
-  b.kv_store(kv, layer, k, v, rows);
+  b.attention_prep(q, k, v, QkNorm{a.q_norm.get(), a.k_norm.get(), a.norm_eps, false}, rope, P, kv, layer, rows);
   Tensor att = s.att.slice_rows(0, m);
   b.attention(q, att, kv, layer, rows, P);
   b.matmul(att, *a.o, a.o_bias.get(), out);

@@ -52,11 +52,7 @@ void gated_attention_forward(Backend& b, const GatedAttentionBlock& a, const Rop
   b.matmul(in, *a.k, nullptr, k);
   b.matmul(in, *a.v, nullptr, v);
   // Zero-centred norms: transformers multiplies by (1 + weight).
-  b.rmsnorm(q.reshape(P.head_dim), *a.q_norm, a.eps, true, q.reshape(P.head_dim));
-  b.rmsnorm(k.reshape(P.head_dim), *a.k_norm, a.eps, true, k.reshape(P.head_dim));
-  b.rope(q, P.n_heads, rows.pos.data(), rope);
-  b.rope(k, P.n_kv_heads, rows.pos.data(), rope);
-  b.kv_store(kv, a.kv_layer, k, v, rows);
+  b.attention_prep(q, k, v, QkNorm{a.q_norm.get(), a.k_norm.get(), a.eps, true}, rope, P, kv, a.kv_layer, rows);
   b.attention(q, att, kv, a.kv_layer, rows, P);
   b.mul_sigmoid(att, Cols{gate, 0});
   b.matmul(att, *a.o, nullptr, out);

@@ -21,6 +21,8 @@ using ActFn = std::function<void(Backend&, Act, const Tensor&, const Tensor&, Te
 using StoreFn = std::function<void(Backend&, KvStorage&, int, const Tensor&, const Tensor&, const RowLayout&)>;
 using AttnFn = std::function<void(Backend&, const Tensor&, Tensor, const KvStorage&, int,
                                   const RowLayout&, const AttnParams&)>;
+using PrepFn = std::function<void(Backend&, Tensor, Tensor, const Tensor&, const QkNorm&, const RopeParams&,
+                                   const AttnParams&, KvStorage&, int, const RowLayout&)>;
 using TopkFn = std::function<void(Backend&, const Tensor&, int, bool, int32_t*, float*)>;
 using ScatterFn = std::function<void(Backend&, Tensor, const Tensor&, const int32_t*, const float*, int)>;
 using SampleFn = std::function<void(Backend&, const Tensor&, const std::vector<SampleSpec>&,
@@ -32,6 +34,7 @@ RopeFn real_rope();
 ActFn real_act();
 StoreFn real_store();
 AttnFn real_attention();
+PrepFn real_prep();
 TopkFn real_topk();
 ScatterFn real_scatter();
 SampleFn real_sample();
@@ -61,6 +64,11 @@ std::string topk_gate(const TopkFn& f, Backend& gpu, Backend& cpu, int64_t n, in
 // sample_rows: the cpu's ids exactly, greedy and sampled (penalties, temperature, top_k, top_p,
 // min_p), on random rows and rows of ties, NaNs, infinities and signed zeros, and across batches.
 std::string sample_gate(const SampleFn& f, Backend& gpu, Backend& cpu, int64_t n, uint32_t seed);
+// attention_prep (norms false: no q/k norms; rot_dim 0: no rope) against the cpu backend in
+// q, k and the pool, bit-equal to the gpu's rmsnorm, rope and kv_store one by one, and across
+// calls of 1, 7, 33 and 64 rows.
+std::string attention_prep_gate(const PrepFn& f, Backend& gpu, Backend& cpu, const AttnParams& p, int rot_dim,
+                                bool neox, bool norms, DType norm_dt, bool add_one, uint32_t seed);
 // kv_page_to_host / kv_page_from_host: same host layout and bits as the cpu backend.
 std::string kv_page_gate(Backend& gpu, Backend& cpu, uint32_t seed);
 std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Backend& cpu, int L,
@@ -77,6 +85,8 @@ RmsFn control_rmsnorm_order_by_m();
 RopeFn control_rope_row_as_pos();
 ActFn control_act_gelu_erf();
 StoreFn control_store_ignores_pages();
+PrepFn control_prep_norm_reversed();
+PrepFn control_prep_store_before_rope();
 AttnFn control_attention_drop_last_key();
 AttnFn control_attention_order_by_rows();
 AttnFn control_attention_one_sequence();

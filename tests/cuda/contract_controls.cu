@@ -146,6 +146,31 @@ RmsFn control_rmsnorm_order_by_m() {
   };
 }
 
+// Per-head norms that add the squares in reverse, then rope and kv_store.
+PrepFn control_prep_norm_reversed() {
+  return [](Backend& be, Tensor q, Tensor k, const Tensor& v, const QkNorm& n, const RopeParams& r,
+            const AttnParams& p, KvStorage& kv, int l, const RowLayout& rows) {
+    for (auto [x, w] : {std::pair{q, n.q}, std::pair{k, n.k}}) {
+      if (!w) continue;
+      const Tensor h = x.reshape(p.head_dim);
+      naive_rmsnorm<<<cuda::grid_for(h.rows, 64), 64>>>(h.data, as_cuda(*w, "control").f32, n.eps, n.add_one,
+                                                         h.cols, h.rows, h.data);
+      sync("control attention_prep");
+    }
+    if (r.rot_dim > 0) be.rope(q, p.n_heads, rows.pos.data(), r), be.rope(k, p.n_kv_heads, rows.pos.data(), r);
+    be.kv_store(kv, l, k, v, rows);
+  };
+}
+
+// k goes to the pool before it is rotated.
+PrepFn control_prep_store_before_rope() {
+  return [](Backend& be, Tensor q, Tensor k, const Tensor& v, const QkNorm& n, const RopeParams& r,
+            const AttnParams& p, KvStorage& kv, int l, const RowLayout& rows) {
+    be.Backend::attention_prep(q, k, v, n, RopeParams{}, p, kv, l, rows);
+    if (r.rot_dim > 0) be.rope(q, p.n_heads, rows.pos.data(), r), be.rope(k, p.n_kv_heads, rows.pos.data(), r);
+  };
+}
+
 RopeFn control_rope_row_as_pos() {
   return [](Backend& be, Tensor x, int n_heads, const int32_t*, const RopeParams& p) {
     std::vector<int32_t> idx(static_cast<size_t>(x.rows));

@@ -266,6 +266,21 @@ std::vector<Case> kernels() {
     v.push_back({"sample_rows n=" + std::to_string(n), [n](Backend& g, Backend& c) {
                    return sample_gate(real_sample(), g, c, n, 63);
                  }});
+  // Llama, Qwen3 (q/k norms), Qwen3-Next (zero-centred norms, partial rotary), Nemotron-H
+  // (neither), an odd head with a norm tail, and the largest head the fused kernel takes.
+  auto prep = [&](const std::string& name, AttnParams p, int rot, bool neox, bool norms, DType dt, bool one,
+                  uint32_t seed) {
+    v.push_back({"attention_prep " + name, [=](Backend& g, Backend& c) {
+                   return attention_prep_gate(real_prep(), g, c, p, rot, neox, norms, dt, one, seed);
+                 }});
+  };
+  prep("32/8 hd=128 rope", attn(32, 8, 128), 128, true, false, DType::F32, false, 76);
+  prep("32/4 hd=128 rope, q/k norms", attn(32, 4, 128), 128, true, true, DType::BF16, false, 77);
+  prep("16/2 hd=256 rot=64, 1+w norms", attn(16, 2, 256), 64, true, true, DType::BF16, true, 78);
+  prep("5/1 hd=78 rot=26 interleaved, norms", attn(5, 1, 78), 26, false, true, DType::F32, false, 79);
+  prep("6/2 hd=64 no rope", attn(6, 2, 64), 0, true, false, DType::F32, false, 80);
+  prep("3/1 hd=510 rot=508 interleaved, norms", attn(3, 1, 510), 508, false, true, DType::F32, true, 81);
+  prep("2/1 hd=520 (op by op), norms", attn(2, 1, 520), 64, true, true, DType::F32, false, 82);
   v.push_back({"kv_page_to_host + kv_page_from_host", [](Backend& g, Backend& c) {
                  return kv_page_gate(g, c, 75);
                }});
@@ -318,6 +333,14 @@ std::vector<Case> controls() {
                }});
   v.push_back({"act_mul with erf gelu", [](Backend& g, Backend& c) {
                  return act_gate(control_act_gelu_erf(), g, c, Act::GeluTanh, 41);
+               }});
+  v.push_back({"attention_prep adding a head's squares in reverse", [](Backend& g, Backend& c) {
+                 return attention_prep_gate(control_prep_norm_reversed(), g, c, attn(32, 4, 128), 128, true, true,
+                                            DType::BF16, false, 77);
+               }});
+  v.push_back({"attention_prep storing k before its rotation", [](Backend& g, Backend& c) {
+                 return attention_prep_gate(control_prep_store_before_rope(), g, c, attn(32, 8, 128), 128, true,
+                                            false, DType::F32, false, 76);
                }});
   v.push_back({"kv_store ignoring the page table", [](Backend& g, Backend& c) {
                  return attention_gate(real_attention(), control_store_ignores_pages(), g, c, 37, attn(4, 2, 64), 16, 71);

@@ -353,20 +353,18 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
 }
 }  // namespace
 
-void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Tensor& v,
-                           const RowLayout& rows) {
-  const ProfScope prof(*this, "kv_store", nullptr, k.rows);
-  const CudaKv& kv = as_cuda_kv(kvs, "kv_store");
-  check_tensor(k, "kv_store", "k");
-  check_tensor(v, "kv_store", "v");
+const int64_t* CudaBackend::kv_slots(const CudaKv& kv, int layer, const Tensor& k, const Tensor& v,
+                                      const RowLayout& rows, const char* op) {
+  check_tensor(k, op, "k");
+  check_tensor(v, op, "v");
   const int64_t width = static_cast<int64_t>(kv.kv_heads) * kv.head_dim;
-  TF_CHECK(k.cols == width && v.cols == width && k.rows == v.rows, "kv_store: k [", k.rows, " x ",
+  TF_CHECK(k.cols == width && v.cols == width && k.rows == v.rows, op, ": k [", k.rows, " x ",
            k.cols, "] and v [", v.rows, " x ", v.cols, "] for ", kv.kv_heads, " heads of ",
            kv.head_dim);
-  TF_CHECK(layer >= 0 && layer < kv.layers, "kv_store: layer ", layer, " of ", kv.layers);
-  check_layout(rows, k.rows, "kv_store");
-  for (int r = 0; r < k.rows; ++r) check_row(rows, r, rows.pos[static_cast<size_t>(r)], kv, "kv_store");
-  if (k.rows == 0) return;
+  TF_CHECK(layer >= 0 && layer < kv.layers, op, ": layer ", layer, " of ", kv.layers);
+  check_layout(rows, k.rows, op);
+  for (int r = 0; r < k.rows; ++r) check_row(rows, r, rows.pos[static_cast<size_t>(r)], kv, op);
+  if (k.rows == 0) return nullptr;
   std::vector<int64_t> dst(static_cast<size_t>(k.rows));
   for (int r = 0; r < k.rows; ++r) {
     const int32_t pos = rows.pos[static_cast<size_t>(r)];
@@ -374,8 +372,16 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
                                        [static_cast<size_t>(pos / kv.page_size)];
     dst[static_cast<size_t>(r)] = static_cast<int64_t>(page) * kv.page_size + pos % kv.page_size;
   }
-  auto* d_dst = static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
-  const int64_t total = k.rows * width;
+  return static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
+}
+
+void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Tensor& v,
+                           const RowLayout& rows) {
+  const ProfScope prof(*this, "kv_store", nullptr, k.rows);
+  const CudaKv& kv = as_cuda_kv(kvs, "kv_store");
+  const int64_t* d_dst = kv_slots(kv, layer, k, v, rows, "kv_store");
+  if (k.rows == 0) return;
+  const int64_t width = k.cols, total = k.rows * width;
   launch_kernel(kv_store_kernel, grid_for(total, 256), 256, 0, kv.k_layer(layer), kv.v_layer(layer),
                 k.data, v.data, d_dst, width, total);
   check_launch("kv_store");

@@ -119,6 +119,8 @@ class CudaBackend : public Backend {
   void scale(Tensor x, float s) override;
   void kv_store(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
                 const RowLayout& rows) override;
+  void attention_prep(Tensor q, Tensor k, const Tensor& v, const QkNorm& norm, const RopeParams& rope,
+                      const AttnParams& p, KvStorage& kv, int layer, const RowLayout& rows) override;
   void attention(const Tensor& q, Tensor out, const KvStorage& kv, int layer,
                  const RowLayout& rows, const AttnParams& p) override;
   void topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
@@ -161,6 +163,12 @@ class CudaBackend : public Backend {
   // sent with cudaMemcpyAsync on the stream, or a recent identical upload reused (every layer of a
   // round sends the same positions and page lists). Valid until the next call.
   const void* meta(const void* src, uint64_t n);
+  // rope's cos/sin table [rows][half cos, half sin] for these positions, made or kept.
+  const float* rope_cs(const int32_t* pos, int64_t rows, const RopeParams& p);
+  // Checks a kv_store of k and v and sends each row's pool slot (page * page_size + offset); null
+  // for no rows.
+  const int64_t* kv_slots(const CudaKv& kv, int layer, const Tensor& k, const Tensor& v,
+                          const RowLayout& rows, const char* op);
   // Matmul split-K scratch: f32 partials of at least n floats, and per-tile arrival counters
   // (zero between launches: the last block of a tile resets its counter).
   float* matmul_partials(uint64_t n);
