@@ -22,6 +22,7 @@ constexpr int kRouteThreads = 256;
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxK = 32;
 constexpr int kRowsPerItem = 16;  // rows of one grouped-matmul work item (the skinny kernel's M)
+constexpr int kRouteOneBlockRows = 64;  // rows one routing block takes (8 a warp); more use a grid
 
 enum Slot { kProb = kSlotMoe, kIdx, kWeight, kOrder, kItems, kGate, kUp, kDown };
 static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has eight buffer slots");
@@ -212,19 +213,31 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   if (threadIdx.x == 0) *n_items = total;
 }
 
-// One block routes every row (a warp per row), then lists the pairs by expert.
+// Routes rows a warp each: one block walks every row and then lists the pairs by expert (lists
+// set), or a grid spreads the rows over blocks and moe_lists_kernel lists them after.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
-                                 float* w, int32_t* order, int32_t* items, int32_t* n_items) {
+                                 float* w, int32_t* order, int32_t* items, int32_t* n_items,
+                                 bool lists) {
   grid_wait();
   grid_launch_next();
-  for (int r = threadIdx.x / 32; r < rows; r += blockDim.x / 32) {
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  for (int r = static_cast<int>(blockIdx.x) * warps + static_cast<int>(threadIdx.x) / 32; r < rows;
+       r += static_cast<int>(gridDim.x) * warps) {
     if (kSigmoid) route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
     else route_softmax_row(r, prob, n, k, norm, idx, w);
   }
+  if (!lists) return;
   __syncthreads();  // the block's global writes of idx are seen by all its threads after this
   moe_lists(idx, rows * k, n, order, items, n_items);
+}
+
+__global__ void moe_lists_kernel(const int32_t* idx, int pairs, int n, int32_t* order,
+                                 int32_t* items, int32_t* n_items) {
+  grid_wait();
+  grid_launch_next();
+  moe_lists(idx, pairs, n, order, items, n_items);
 }
 
 // out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index: block
@@ -342,6 +355,10 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   auto* order = static_cast<int32_t*>(buffer(kOrder, static_cast<uint64_t>(P) * 4));
   auto* items = static_cast<int32_t*>(buffer(kItems, static_cast<uint64_t>(3 * max_items + 1) * 4));
   const int32_t nm = static_cast<int>(m), nE = static_cast<int>(E);
+  // A decode round routes in one block, lists included; more rows spread over blocks first.
+  const bool one_block = m <= kRouteOneBlockRows;
+  const unsigned route_blocks =
+      one_block ? 1u : static_cast<unsigned>((m + kRouteThreads / 32 - 1) / (kRouteThreads / 32));
   {
     const ProfScope ps(*this, "moe route", nullptr, m);
     if (route.sigmoid) {
@@ -352,15 +369,19 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
         bias = bw.f32;
       }
       launch_kernel(moe_sigmoid_kernel, grid_for(m * E, 256), 256, 0, logits.data, prob, m * E);
-      launch_kernel(moe_route_kernel<true>, 1, kRouteThreads, 0, prob, bias, nm, nE, route.n_group,
-                    route.topk_group, route.k, route.norm, route.scale, idx, wts, order, items,
-                    items + 3 * max_items);
+      launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, 0, prob, bias, nm, nE,
+                    route.n_group, route.topk_group, route.k, route.norm, route.scale, idx, wts,
+                    order, items, items + 3 * max_items, one_block);
     } else {
       launch_kernel(moe_softmax_kernel, static_cast<unsigned>(m), kRouteThreads, 0, logits.data, E,
                     prob);
-      launch_kernel(moe_route_kernel<false>, 1, kRouteThreads, 0, prob, nullptr, nm, nE, 1, 1,
-                    route.k, route.norm, 1.0f, idx, wts, order, items, items + 3 * max_items);
+      launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, 0, prob, nullptr, nm, nE,
+                    1, 1, route.k, route.norm, 1.0f, idx, wts, order, items, items + 3 * max_items,
+                    one_block);
     }
+    if (!one_block)
+      launch_kernel(moe_lists_kernel, 1, kRouteThreads, 0, idx, static_cast<int>(P), nE, order,
+                    items, items + 3 * max_items);
     check_launch(op);
   }
   const ExpertPtr* ptrs = expert_ptrs(ex);
