@@ -8,6 +8,7 @@
 // bits are matmul's. Row r's output starts at 0 and adds weight * expert output for its chosen
 // experts in increasing expert index.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -24,22 +25,42 @@ constexpr int kMaxK = 32;
 constexpr int kRowsPerItem = 16;  // rows of one grouped-matmul work item (the skinny kernel's M)
 constexpr int kRouteOneBlockRows = 64;  // rows one routing block takes (8 a warp); more use a grid
 
-enum Slot { kProb = kSlotMoe, kIdx, kWeight, kOrder, kItems, kGate, kUp, kDown };
-static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has eight buffer slots");
+enum Slot { kIdx = kSlotMoe, kWeight, kOrder, kItems, kGate, kUp, kDown };
+static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has at most eight buffer slots");
 
-__global__ void moe_softmax_kernel(const float* logits, int64_t n, float* prob) {
-  grid_wait();
-  grid_launch_next();
-  __shared__ float sh[kRouteThreads];
-  softmax_row<kRouteThreads>(logits + static_cast<int64_t>(blockIdx.x) * n, n,
-                             prob + static_cast<int64_t>(blockIdx.x) * n, sh);
-}
-
-__global__ void moe_sigmoid_kernel(const float* x, float* out, int64_t n) {
-  grid_wait();
-  grid_launch_next();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = sigmoid_f(x[i]);
+// One row's router scores into p (shared, the warp's own) by one warp: the sigmoid, or
+// softmax_row<kRouteThreads>'s bits. The block's max is a max in any order; its thread t summed
+// e[t], e[t + 256], ... and its tree added sh[t + s] into sh[t] for s = 128 .. 1, which the warp
+// plays with 8 sums a lane (t = lane + 32 j) and then shuffles.
+__device__ void route_scores(const float* l, int n, bool sigmoid, float* p) {
+  const int lane = threadIdx.x % 32;
+  if (sigmoid) {
+    for (int i = lane; i < n; i += 32) p[i] = sigmoid_f(l[i]);
+    __syncwarp();
+    return;
+  }
+  float mx = -INFINITY;
+  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, l[i]);
+  mx = warp_max(mx);
+  for (int i = lane; i < n; i += 32) p[i] = expf(l[i] - mx);
+  float v[kRouteThreads / 32];
+#pragma unroll
+  for (int j = 0; j < kRouteThreads / 32; ++j) {
+    float s = 0.0f;
+    for (int i = lane + 32 * j; i < n; i += kRouteThreads) s = s + p[i];
+    v[j] = s;
+  }
+#pragma unroll
+  for (int h = kRouteThreads / 64; h > 0; h >>= 1)
+#pragma unroll
+    for (int j = 0; j < h; ++j) v[j] = __fadd_rn(v[j], v[j + h]);
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_down_sync(0xffffffffu, v[0], off);
+    if (lane < off) v[0] = __fadd_rn(v[0], o);
+  }
+  const float total = __shfl_sync(0xffffffffu, v[0], 0);
+  for (int i = lane; i < n; i += 32) p[i] = p[i] / total;
+  __syncwarp();
 }
 
 // a ranks before b: larger first, ties to the lower index (values already mapped for NaN).
@@ -97,32 +118,28 @@ __device__ int warp_pick(int n, int k, Value value, Allowed allowed) {
   return mine;
 }
 
-// Row r's k most probable experts by one warp, ranked; the chosen probabilities are summed in rank
-// order for the weights.
-__device__ void route_softmax_row(int r, const float* prob, int n, int k, bool norm, int32_t* idx,
-                                  float* w) {
+// A row's k most probable experts (p: its probabilities) by one warp, ranked, into idx[0..k) and
+// w[0..k); the chosen probabilities are summed in rank order for the weights.
+__device__ void route_softmax_row(const float* p, int n, int k, bool norm, int32_t* idx, float* w) {
   const int lane = threadIdx.x % 32;
-  const float* p = prob + static_cast<int64_t>(r) * n;
   const int e =
       warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; });
   const float pe = lane < k ? p[e] : 0.0f;
   float ksum = 0.0f;
   for (int j = 0; j < k; ++j) ksum = ksum + __shfl_sync(0xffffffffu, pe, j);
   if (lane < k) {
-    idx[static_cast<int64_t>(r) * k + lane] = e;
-    w[static_cast<int64_t>(r) * k + lane] = norm ? pe / ksum : pe;
+    idx[lane] = e;
+    w[lane] = norm ? pe / ksum : pe;
   }
 }
 
-// Row r's grouped sigmoid top-k, as topk_sigmoid_grouped, by one warp: lane l scores group l
+// A row's grouped sigmoid top-k (s: its scores), as topk_sigmoid_grouped, by one warp: lane l scores group l
 // (n_group <= 32) and holds experts l, l + 32, ...; every choice is the warp's best by the same
 // total order the serial form uses, and every lane sums the chosen scores in rank order. Every
 // lane stays to the end of the row, so the next row's shuffles start together.
-__device__ void route_sigmoid_row(int r, const float* score, const float* bias, int n, int n_group,
-                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
-                                  float* w) {
+__device__ void route_sigmoid_row(const float* s, const float* bias, int n, int n_group, int topk_group,
+                                  int k, bool norm, float scale, int32_t* idx, float* w) {
   const int lane = threadIdx.x % 32;
-  const float* s = score + static_cast<int64_t>(r) * n;
   auto biased = [&](int i) { return bias ? s[i] + bias[i] : s[i]; };
   const int gsize = n / n_group;
   uint32_t gmask = 0;  // chosen groups (n_group <= 32)
@@ -152,8 +169,8 @@ __device__ void route_sigmoid_row(int r, const float* score, const float* bias, 
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) sum = sum + __shfl_sync(0xffffffffu, se, j);
   if (lane < k) {
-    idx[static_cast<int64_t>(r) * k + lane] = e;
-    w[static_cast<int64_t>(r) * k + lane] = (norm ? se / (sum + 1e-20f) : se) * scale;
+    idx[lane] = e;
+    w[lane] = (norm ? se / (sum + 1e-20f) : se) * scale;
   }
 }
 
@@ -213,24 +230,65 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   if (threadIdx.x == 0) *n_items = total;
 }
 
+// moe_lists for at most 32 pairs by one warp: lane p holds pair p's expert; its place in order
+// counts the pairs before it by (expert, pair), and an expert's first pair writes its items.
+__device__ void warp_lists(const int32_t* idx, int pairs, int32_t* order, int32_t* items, int32_t* n_items) {
+  const int lane = threadIdx.x % 32;
+  const int e = lane < pairs ? idx[lane] : INT_MAX;
+  int below = 0, same = 0, same_before = 0;
+  for (int q = 0; q < pairs; ++q) {
+    const int eq = __shfl_sync(0xffffffffu, e, q);
+    below += eq < e;
+    same += eq == e;
+    same_before += eq == e && q < lane;
+  }
+  const bool first = lane < pairs && same_before == 0;
+  const int mine = first ? (same + kRowsPerItem - 1) / kRowsPerItem : 0;
+  int item = 0, total = 0;
+  for (int q = 0; q < pairs; ++q) {
+    const int eq = __shfl_sync(0xffffffffu, e, q), cq = __shfl_sync(0xffffffffu, mine, q);
+    item += eq < e ? cq : 0;
+    total += cq;
+  }
+  if (lane < pairs) order[below + same_before] = lane;
+  if (first)
+    for (int s = 0; s < same; s += kRowsPerItem, ++item) {
+      items[3 * item] = e;
+      items[3 * item + 1] = below + s;
+      items[3 * item + 2] = min(kRowsPerItem, same - s);
+    }
+  if (lane == 0) *n_items = total;
+}
+
 // Routes rows a warp each: one block walks every row and then lists the pairs by expert (lists
 // set), or a grid spreads the rows over blocks and moe_lists_kernel lists them after.
+// A row's scores come from its logits in the warp's shared row (n floats a warp).
 template <bool kSigmoid>
-__global__ void moe_route_kernel(const float* prob, const float* bias, int rows, int n, int n_group,
+__global__ void moe_route_kernel(const float* logits, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int32_t* items, int32_t* n_items,
                                  bool lists) {
+  extern __shared__ float scores[];
   grid_wait();
   grid_launch_next();
   const int warps = static_cast<int>(blockDim.x) / 32;
+  float* p = scores + static_cast<int64_t>(threadIdx.x / 32) * n;
   for (int r = static_cast<int>(blockIdx.x) * warps + static_cast<int>(threadIdx.x) / 32; r < rows;
        r += static_cast<int>(gridDim.x) * warps) {
-    if (kSigmoid) route_sigmoid_row(r, prob, bias, n, n_group, topk_group, k, norm, scale, idx, w);
-    else route_softmax_row(r, prob, n, k, norm, idx, w);
+    route_scores(logits + static_cast<int64_t>(r) * n, n, kSigmoid, p);
+    int32_t* ir = idx + static_cast<int64_t>(r) * k;
+    float* wr = w + static_cast<int64_t>(r) * k;
+    if (kSigmoid) route_sigmoid_row(p, bias, n, n_group, topk_group, k, norm, scale, ir, wr);
+    else route_softmax_row(p, n, k, norm, ir, wr);
+    __syncwarp();  // the row's scores are read before the next row's overwrite them
   }
   if (!lists) return;
   __syncthreads();  // the block's global writes of idx are seen by all its threads after this
-  moe_lists(idx, rows * k, n, order, items, n_items);
+  if (rows * k <= 32) {
+    if (threadIdx.x < 32) warp_lists(idx, rows * k, order, items, n_items);
+  } else {
+    moe_lists(idx, rows * k, n, order, items, n_items);
+  }
 }
 
 __global__ void moe_lists_kernel(const int32_t* idx, int pairs, int n, int32_t* order,
@@ -349,7 +407,6 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   const int64_t max_items = P / kRowsPerItem + std::min<int64_t>(E, P);
   if (2 * max_items > 65535) return false;  // more work items than one launch takes
 
-  auto* prob = static_cast<float*>(buffer(kProb, static_cast<uint64_t>(m * E) * 4));
   auto* idx = static_cast<int32_t*>(buffer(kIdx, static_cast<uint64_t>(P) * 4));
   auto* wts = static_cast<float*>(buffer(kWeight, static_cast<uint64_t>(P) * 4));
   auto* order = static_cast<int32_t*>(buffer(kOrder, static_cast<uint64_t>(P) * 4));
@@ -359,6 +416,7 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   const bool one_block = m <= kRouteOneBlockRows;
   const unsigned route_blocks =
       one_block ? 1u : static_cast<unsigned>((m + kRouteThreads / 32 - 1) / (kRouteThreads / 32));
+  const size_t smem = static_cast<size_t>(kRouteThreads / 32) * static_cast<size_t>(E) * 4;
   {
     const ProfScope ps(*this, "moe route", nullptr, m);
     if (route.sigmoid) {
@@ -368,14 +426,11 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
         TF_CHECK(bw.rows == 1 && bw.cols == E && bw.f32, op, ": bias ", bw.name, " is not a vector of ", E);
         bias = bw.f32;
       }
-      launch_kernel(moe_sigmoid_kernel, grid_for(m * E, 256), 256, 0, logits.data, prob, m * E);
-      launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, 0, prob, bias, nm, nE,
+      launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits.data, bias, nm, nE,
                     route.n_group, route.topk_group, route.k, route.norm, route.scale, idx, wts,
                     order, items, items + 3 * max_items, one_block);
     } else {
-      launch_kernel(moe_softmax_kernel, static_cast<unsigned>(m), kRouteThreads, 0, logits.data, E,
-                    prob);
-      launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, 0, prob, nullptr, nm, nE,
+      launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits.data, nullptr, nm, nE,
                     1, 1, route.k, route.norm, 1.0f, idx, wts, order, items, items + 3 * max_items,
                     one_block);
     }
