@@ -220,8 +220,9 @@ struct SsmArgs {
   float dt_min, dt_max;
 };
 
-// Step form: warp per channel p of the head; lane holds h[p][n] for n = lane (mod 32); per row
-// h = a h + (dt x) B, y = (lane sums of h C in n order, then the xor butterfly) + D x.
+// Step form: warp per channel p of the head, blocks along z taking kSsmStepWarps channels each;
+// lane holds h[p][n] for n = lane (mod 32); per row h = a h + (dt x) B, y = (lane sums of h C in
+// n order, then the xor butterfly) + D x.
 __global__ void __launch_bounds__(kSsmStepWarps * 32) ssm_step_kernel(SsmArgs a) {
   grid_wait();
   grid_launch_next();
@@ -229,7 +230,8 @@ __global__ void __launch_bounds__(kSsmStepWarps * 32) ssm_step_kernel(SsmArgs a)
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int N = a.N, P = a.P, g = h / a.hpg;
   const float A = -expf(a.A_log[h]), Dh = a.D[h], bias = a.dt_bias[h];
-  for (int p = warp; p < P; p += kSsmStepWarps) {
+  for (int p = static_cast<int>(blockIdx.z) * kSsmStepWarps + warp; p < P;
+       p += kSsmStepWarps * static_cast<int>(gridDim.z)) {
     const int64_t so = (static_cast<int64_t>(h) * P + p) * N;
     float hr[kMaxStateLanes];
 #pragma unroll
@@ -397,8 +399,10 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
             al, dd, db, st.pool, st.keep_pool, d.step, d.keep, y.data, y.cols, p.head_dim,
             p.state_size, p.heads / p.groups, p.chunk, pt, p.dt_min, p.dt_max};
   if (!jobs.step.empty()) {
+    // A block per few channels: one warp walking a head's channels waits out each state load.
+    const auto tiles = static_cast<unsigned>(std::min((p.head_dim + kSsmStepWarps - 1) / kSsmStepWarps, 65535));
     launch_kernel(ssm_step_kernel,
-                  dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads)),
+                  dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.heads), tiles),
                   kSsmStepWarps * 32, 0, a);
     check_launch(op);
   }
