@@ -39,6 +39,13 @@ TopkFn real_topk();
 ScatterFn real_scatter();
 SampleFn real_sample();
 
+// "" when |got - ref| <= tol * mag (+ extra) for every element, else the first element that is
+// not; NaN anywhere fails.
+std::string close(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& mag,
+                  double tol, const std::string& what, const std::vector<double>* extra = nullptr);
+// "" when got and ref hold the same bits, else the first element that differs.
+std::string exact(const std::vector<float>& got, const std::vector<float>& ref, const std::string& what);
+
 // Where a batch of m rows starts inside M rows: spread over the range, the same for every gate.
 int64_t offset_for(int64_t m, int64_t M);
 
