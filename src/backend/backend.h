@@ -165,6 +165,9 @@ class Backend {
   virtual uint64_t device_bytes_in_use() const { return 0; }
   // Memory of the device this backend computes on; 0 when it computes in host memory.
   virtual uint64_t device_memory_total() const { return 0; }
+  // Seconds the host has spent blocked on the device (copies back, synchronous uploads, stream
+  // syncs) since the backend was made; 0 for a backend without one.
+  virtual double device_wait_seconds() const { return 0.0; }
   // One page of every layer's K and V, as kv_page_floats() floats in host memory (prompt cache tier).
   static uint64_t kv_page_floats(const KvStorage& kv) {
     return 2ull * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim;

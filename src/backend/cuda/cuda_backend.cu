@@ -171,6 +171,7 @@ void CudaBackend::to_host(const Tensor& src, float* dst) {
   check_tensor(src, "to_host", "src");
   if (src.rows * src.cols == 0) return;
   TF_CHECK(dst != nullptr, "to_host: null destination");
+  const WaitScope wait(*this);
   TF_CUDA_CHECK(cudaMemcpy(dst, src.data, static_cast<size_t>(src.rows * src.cols) * sizeof(float),
                            cudaMemcpyDeviceToHost),
                 "to_host [", src.rows, " x ", src.cols, "]");
@@ -186,6 +187,7 @@ void CudaBackend::from_host(const float* src, Tensor dst) {
 
 void CudaBackend::upload_bytes(void* dst, const void* src, uint64_t n) {
   if (n == 0) return;
+  const WaitScope wait(*this);
   TF_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "upload of ", n, " bytes");
 }
 
@@ -195,6 +197,7 @@ const void* CudaBackend::meta(const void* src, uint64_t n) {
     if (it->n == n && std::memcmp(meta_host_ + it->off, src, n) == 0) return meta_dev_ + it->off;
   if (meta_used_ + len > meta_cap_) {
     // The stream must have sent every earlier upload before their staging bytes are reused.
+    const WaitScope wait(*this);
     TF_CUDA_CHECK(cudaStreamSynchronize(stream()), "metadata upload of ", n, " bytes");
     meta_used_ = 0;
     meta_recent_.clear();
@@ -353,6 +356,7 @@ void CudaBackend::kv_page_to_host(const KvStorage& kvs, int page, float* dst) {
   TF_CHECK(page >= 0 && page < kv.pages && dst != nullptr, "kv_page_to_host: bad page ", page,
            " of ", kv.pages, " or null destination");
   const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
+  const WaitScope wait(*this);
   for (int l = 0; l < kv.layers; ++l) {
     TF_CUDA_CHECK(cudaMemcpy(dst, kv.k_layer(l) + n * page, n * 4, cudaMemcpyDeviceToHost),
                   "kv_page_to_host layer ", l);

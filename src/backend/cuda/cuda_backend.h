@@ -2,6 +2,7 @@
 // The CUDA backend: device memory for tensors, weights and paged f32 KV; one stream, in order.
 // This header has no CUDA includes so plain C++ tests may use the classes.
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -103,6 +104,7 @@ class CudaBackend : public Backend {
                                       int head_dim) override;
   uint64_t device_bytes_in_use() const override { return blocks_.bytes_in_use(); }
   uint64_t device_memory_total() const override;
+  double device_wait_seconds() const override { return static_cast<double>(wait_ns_.load()) * 1e-9; }
   void pin_host(void* p, uint64_t bytes) override;
   void unpin_host(void* p) override;
   void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
@@ -191,6 +193,21 @@ class CudaBackend : public Backend {
   };
 
  private:
+  // Adds the time of a call that blocks the host on the device to device_wait_seconds().
+  class WaitScope {
+   public:
+    explicit WaitScope(CudaBackend& be) : be_(be), t0_(std::chrono::steady_clock::now()) {}
+    ~WaitScope() {
+      be_.wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count();
+    }
+    WaitScope(const WaitScope&) = delete;
+    WaitScope& operator=(const WaitScope&) = delete;
+
+   private:
+    CudaBackend& be_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
   struct MetaEntry {
     uint64_t off = 0, n = 0;
   };
@@ -211,6 +228,7 @@ class CudaBackend : public Backend {
   unsigned* counters_ = nullptr;
   uint64_t counters_n_ = 0;
   std::unique_ptr<OpProfile> prof_;
+  std::atomic<int64_t> wait_ns_{0};
   struct Buffer {
     void* p = nullptr;
     uint64_t n = 0;

@@ -164,10 +164,13 @@ void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias,
                 d_s, static_cast<int64_t>(total));
   check_launch(op);
   std::vector<float> sc(total), hb;
-  TF_CUDA_CHECK(cudaMemcpy(sc.data(), d_s, total * 4, cudaMemcpyDeviceToHost), op);
-  if (d_bias) {
-    hb.resize(static_cast<size_t>(n));
-    TF_CUDA_CHECK(cudaMemcpy(hb.data(), d_bias, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost), op);
+  {
+    const WaitScope wait(*this);
+    TF_CUDA_CHECK(cudaMemcpy(sc.data(), d_s, total * 4, cudaMemcpyDeviceToHost), op);
+    if (d_bias) {
+      hb.resize(static_cast<size_t>(n));
+      TF_CUDA_CHECK(cudaMemcpy(hb.data(), d_bias, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost), op);
+    }
   }
   // The selection runs on the host on the device scores, as the cpu backend ranks them.
   const int64_t gsize = n / n_group;

@@ -553,7 +553,10 @@ void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* 
                 d_prob);
   check_launch("topk_softmax");
   std::vector<float> prob(total);
-  TF_CUDA_CHECK(cudaMemcpy(prob.data(), d_prob, total * 4, cudaMemcpyDeviceToHost), "topk_softmax");
+  {
+    const WaitScope wait(*this);
+    TF_CUDA_CHECK(cudaMemcpy(prob.data(), d_prob, total * 4, cudaMemcpyDeviceToHost), "topk_softmax");
+  }
   // The selection runs on the host, as the cpu backend does it, on the device probabilities.
   std::vector<int32_t> order(static_cast<size_t>(n));
   for (int64_t r = 0; r < logits.rows; ++r) {

@@ -252,6 +252,7 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
   launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data,
                 logits.cols, d_specs, d_pens, scratch, rows, d_ids);
   check_launch("sample_rows");
+  const WaitScope wait(*this);
   TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, specs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "sample_rows");
 }
 
