@@ -336,6 +336,16 @@ int flash_split_mode() {
   return mode;
 }
 
+// TF_CUDA_ATTN_HPB=n holds a block to at most n heads of a kv group (more blocks, fewer pairs
+// each), for timing; the bits never depend on it.
+int attn_hpb_cap() {
+  static const int cap = [] {
+    const char* e = std::getenv("TF_CUDA_ATTN_HPB");
+    return e ? std::max(0, std::atoi(e)) : 0;
+  }();
+  return cap;
+}
+
 template <int NC, int MT>
 void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem, int sms) {
   static std::atomic<bool> ready{false};
@@ -416,7 +426,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int hd = p.head_dim, hd_pad = (hd + 7) / 8 * 8, nc = (hd_pad + kChunk - 1) / kChunk;
   const int group = p.n_heads / p.n_kv_heads, pairs = pairs_per_block(nc);
   int hpb = 1;
-  for (int d = 1; d <= std::min(group, pairs); ++d)
+  const int most = attn_hpb_cap() > 0 ? std::min(attn_hpb_cap(), pairs) : pairs;
+  for (int d = 1; d <= std::min(group, most); ++d)
     if (group % d == 0) hpb = d;
   const int rmax = pairs / hpb;
   // Rows per sequence: pos, first, page-list offset; the page lists of used sequences.
