@@ -192,25 +192,17 @@ ExprPtr Parser::parse_primary() {
   if (is_op("[")) {
     next();
     auto e = make(Expr::Kind::List, pos);
-    while (!is_op("]")) {
-      if (!e->args.empty()) expect_op(",");
-      if (is_op("]")) break;
-      e->args.push_back(parse_expression());
-    }
-    next();
+    comma_items("]", [&] { e->args.push_back(parse_expression()); });
     return e;
   }
   if (is_op("{")) {
     next();
     auto e = make(Expr::Kind::Dict, pos);
-    while (!is_op("}")) {
-      if (!e->args.empty()) expect_op(",");
-      if (is_op("}")) break;
+    comma_items("}", [&] {
       e->args.push_back(parse_expression());
       expect_op(":");
       e->args.push_back(parse_expression());
-    }
-    next();
+    });
     return e;
   }
   unexpected();
@@ -279,11 +271,7 @@ ExprPtr Parser::parse_subscript(ExprPtr subject, size_t pos) {
 // Arguments inside (...) into e->args (positional, after whatever is there) and e->kwargs.
 void Parser::parse_args(Expr& e) {
   expect_op("(");
-  bool first = true;
-  while (!is_op(")")) {
-    if (!first) expect_op(",");
-    first = false;
-    if (is_op(")")) break;
+  comma_items(")", [&] {
     if (is_op("*") || is_op("**")) fail_here("*args and **kwargs calls are not supported");
     if (cur().type == T::Name && peek().type == T::Op && peek().text == "=") {
       std::string k = cur().text;
@@ -294,8 +282,7 @@ void Parser::parse_args(Expr& e) {
       if (!e.kwargs.empty()) fail_here("positional argument follows keyword argument");
       e.args.push_back(parse_expression());
     }
-  }
-  next();
+  });
 }
 
 ExprPtr Parser::parse_call(ExprPtr callee) {

@@ -172,9 +172,7 @@ NodePtr Parser::parse_statement() {
 // "(a, b=default, ...)" of a macro or a call block's caller.
 void Parser::parse_params(Node& n) {
   expect_op("(");
-  while (!is_op(")")) {
-    if (!n.params.empty()) expect_op(",");
-    if (is_op(")")) break;
+  comma_items(")", [&] {
     std::string p = expect_name();
     ExprPtr def;
     if (is_op("=")) {
@@ -182,8 +180,7 @@ void Parser::parse_params(Node& n) {
       def = parse_expression();
     }
     n.params.emplace_back(p, std::move(def));
-  }
-  next();
+  });
 }
 
 // Names an expression or body reads, as jinja2 checks a macro body for varargs, kwargs and caller.

@@ -67,6 +67,16 @@ class Parser {
     if (!is_op(op)) fail_here(cat("expected '", op, "', got ", describe(cur())));
     next();
   }
+  // Items up to the closing op, comma-separated with an optional trailing comma; consumes the closer.
+  template <class Item>
+  void comma_items(const char* close, Item item) {
+    for (bool first = true; !is_op(close); first = false) {
+      if (!first) expect_op(",");
+      if (is_op(close)) break;
+      item();
+    }
+    next();
+  }
   std::string expect_name() {
     if (cur().type != T::Name) fail_here("expected a name, got " + describe(cur()));
     std::string n = cur().text;
