@@ -294,12 +294,7 @@ ExprPtr Parser::parse_call(ExprPtr callee) {
 
 ExprPtr Parser::parse_filter(ExprPtr subject) {
   auto e = make(Expr::Kind::Filter, cur().pos);
-  e->name = expect_name();
-  while (is_op(".")) {
-    next();
-    e->name += '.';
-    e->name += expect_name();
-  }
+  e->name = dotted_name();
   e->args.push_back(std::move(subject));
   if (is_op("(")) parse_args(*e);
   return e;
@@ -318,12 +313,7 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
         e->negated = true;
         next();
       }
-      e->name = expect_name();
-      while (is_op(".")) {
-        next();
-        e->name += '.';
-        e->name += expect_name();
-      }
+      e->name = dotted_name();
       e->args.push_back(std::move(node));
       if (is_op("(")) {
         parse_args(*e);

@@ -67,6 +67,16 @@ class Parser {
     if (!is_op(op)) fail_here(cat("expected '", op, "', got ", describe(cur())));
     next();
   }
+  // name(.name)*: a filter's or test's name.
+  std::string dotted_name() {
+    std::string n = expect_name();
+    while (is_op(".")) {
+      next();
+      n += '.';
+      n += expect_name();
+    }
+    return n;
+  }
   // Items up to the closing op, comma-separated with an optional trailing comma; consumes the closer.
   template <class Item>
   void comma_items(const char* close, Item item) {
