@@ -26,8 +26,9 @@ struct Result {
   double tg_wait = 0;  // share of the timed decode the host spent blocked on the device
 };
 
-struct Decode {
-  double tps = 0, wait = 0;
+struct Stamp {
+  Clock::time_point t;
+  double wait;  // the backend's device wait total then
 };
 
 // batch requests of pp tokens each, prefilled to their first token: prompt tokens per second.
@@ -48,11 +49,11 @@ double run_prefill(Engine& engine, int32_t vocab, int batch, int pp, uint64_t se
 // batch prompts of `depth` tokens (at least one) decoding tg tokens each, timed once every lane
 // is decoding, so the prompts' prefill stays outside the time. Deep prompts are prefilled once
 // beforehand into the prompt cache, so every lane starts decoding at about the same round.
-Decode run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, int depth, int tg, uint64_t seed,
+// Fills tg_tps and tg_wait.
+Result run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, int depth, int tg, uint64_t seed,
                   const SamplingParams& sampling) {
   if (depth > 1) run_prefill(engine, vocab, batch, depth, seed);  // the same prompts, once
-  std::vector<std::vector<Clock::time_point>> stamps(static_cast<size_t>(batch));
-  std::vector<std::pair<Clock::time_point, double>> waits;  // device wait total at each token
+  std::vector<std::vector<Stamp>> stamps(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) {
     GenerationRequest req;
     req.prompt = random_prompt(std::max(depth, 1), vocab, seed + static_cast<uint64_t>(b));
@@ -60,30 +61,24 @@ Decode run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, i
     req.sampling = sampling;
     req.sampling.seed = seed + static_cast<uint64_t>(b);
     req.on_event = [&, b](const TokenEvent& ev) {
-      if (ev.token < 0) return;
-      stamps[static_cast<size_t>(b)].push_back(Clock::now());
-      waits.emplace_back(stamps[static_cast<size_t>(b)].back(), be.device_wait_seconds());
+      if (ev.token >= 0) stamps[static_cast<size_t>(b)].push_back({Clock::now(), be.device_wait_seconds()});
     };
     engine.submit(std::move(req));
   }
   engine.run_until_idle();
-  Clock::time_point start = stamps[0].front(), end = stamps[0].back();
+  // The window: from the last lane's first token to the last token of all.
+  Stamp start = stamps[0].front(), end = stamps[0].back();
   for (const auto& st : stamps) {
-    start = std::max(start, st.front());
-    end = std::max(end, st.back());
+    if (st.front().t > start.t) start = st.front();
+    if (st.back().t > end.t) end = st.back();
   }
   int decoded = 0;
   for (const auto& st : stamps)
-    for (const auto& t : st) decoded += t > start;
-  double s = std::chrono::duration<double>(end - start).count();
-  if (s <= 0) return {};
-  // start and end are token stamps, so both have their wait totals.
-  double w0 = 0, w1 = 0;
-  for (const auto& [t, w] : waits) {
-    if (t == start) w0 = w;
-    if (t == end) w1 = w;
-  }
-  return {decoded / s, (w1 - w0) / s};
+    for (const Stamp& x : st) decoded += x.t > start.t;
+  const double s = std::chrono::duration<double>(end.t - start.t).count();
+  Result r;
+  if (s > 0) r.tg_tps = decoded / s, r.tg_wait = (end.wait - start.wait) / s;
+  return r;
 }
 
 }  // namespace
@@ -151,14 +146,12 @@ int cmd_bench(int argc, char** argv) {
     Result best;
     for (int r = 0; r < reps; ++r) {
       s->backend->profile_take();
-      Result x;
-      x.pp_tps = run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r));
-      report("prefill", b, r, x.pp_tps, static_cast<double>(b) * pp);
-      const Decode d = run_decode(*s->engine, *s->backend, V, b, depth, tg, 2000 + static_cast<uint64_t>(r), sampling);
-      x.tg_tps = d.tps;
+      const double pp_tps = run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r));
+      report("prefill", b, r, pp_tps, static_cast<double>(b) * pp);
+      const Result x = run_decode(*s->engine, *s->backend, V, b, depth, tg, 2000 + static_cast<uint64_t>(r), sampling);
       report("decode (whole phase; tok/s times only its steady part)", b, r, x.tg_tps, static_cast<double>(b) * (tg - 1));
-      best.pp_tps = std::max(best.pp_tps, x.pp_tps);
-      if (d.tps > best.tg_tps) best.tg_tps = d.tps, best.tg_wait = d.wait;
+      best.pp_tps = std::max(best.pp_tps, pp_tps);
+      if (x.tg_tps > best.tg_tps) best.tg_tps = x.tg_tps, best.tg_wait = x.tg_wait;
     }
     // A device backend also tells how much of the decode the host waited on it: near 0, the
     // host's launches set the pace.
