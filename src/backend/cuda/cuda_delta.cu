@@ -15,6 +15,7 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kStepThreads = 128;
+constexpr int kStepBatch = 16;  // state loads a step thread sends before using them
 constexpr int kChunkThreads = 256;
 
 __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
@@ -75,18 +76,34 @@ __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
     const float* S_in = a.pool + (t == 0 ? j.src : j.dst) + so;
     float* S = a.pool + j.dst + so;
     for (int c = tid; c < Vd; c += kStepThreads) {
-      float kv = 0.0f;
-      for (int i = 0; i < Kd; ++i) {
-        const float s = S_in[static_cast<int64_t>(i) * Vd + c] * eg;
-        S[static_cast<int64_t>(i) * Vd + c] = s;
-        kv = __fmaf_rn(s, sk[i], kv);
+      // S_in may be S, so the compiler would keep each load behind the store before it: a batch
+      // of loads goes out first (each element is read once, then written once).
+      float kv = 0.0f, sv[kStepBatch];
+      for (int i0 = 0; i0 < Kd; i0 += kStepBatch) {
+#pragma unroll
+        for (int u = 0; u < kStepBatch; ++u)
+          sv[u] = i0 + u < Kd ? S_in[static_cast<int64_t>(i0 + u) * Vd + c] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < kStepBatch; ++u) {
+          if (i0 + u >= Kd) break;
+          const float s = sv[u] * eg;
+          S[static_cast<int64_t>(i0 + u) * Vd + c] = s;
+          kv = __fmaf_rn(s, sk[i0 + u], kv);
+        }
       }
       const float delta = (a.v[r * a.ldv + static_cast<int64_t>(h) * Vd + c] - kv) * beta;
       float o = 0.0f;
-      for (int i = 0; i < Kd; ++i) {
-        const float s = __fmaf_rn(sk[i], delta, S[static_cast<int64_t>(i) * Vd + c]);
-        S[static_cast<int64_t>(i) * Vd + c] = s;
-        o = __fmaf_rn(s, sq[i], o);
+      for (int i0 = 0; i0 < Kd; i0 += kStepBatch) {
+#pragma unroll
+        for (int u = 0; u < kStepBatch; ++u)
+          sv[u] = i0 + u < Kd ? S[static_cast<int64_t>(i0 + u) * Vd + c] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < kStepBatch; ++u) {
+          if (i0 + u >= Kd) break;
+          const float s = __fmaf_rn(sk[i0 + u], delta, sv[u]);
+          S[static_cast<int64_t>(i0 + u) * Vd + c] = s;
+          o = __fmaf_rn(s, sq[i0 + u], o);
+        }
       }
       a.y[r * a.ldy + static_cast<int64_t>(h) * Vd + c] = o;
       if (t + 1 < j.n && j.nkeep > 0) {
