@@ -219,7 +219,20 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   const int64_t rows = in.rows;
   const int E = static_cast<int>(m.experts.size());
   Tensor router{s.router.data, rows, E};
-  b.matmul(in, *m.router, nullptr, router);
+  // The router and the shared expert's input projections read the same x: one call.
+  std::vector<Backend::MatmulOut> first{{m.router.get(), nullptr, router}};
+  Tensor sg, su, sgate;
+  if (m.shared) {
+    const MlpBlock& sh = *m.shared;
+    sg = Tensor{s.gate.data, rows, sh.inter}, su = Tensor{s.up.data, rows, sh.inter};
+    if (sh.gate) first.push_back({sh.gate.get(), nullptr, sg});
+    first.push_back({sh.up.get(), nullptr, su});
+    if (m.shared_gate) {
+      sgate = Tensor{s.shared_gate.data, rows, 1};
+      first.push_back({m.shared_gate.get(), nullptr, sgate});
+    }
+  }
+  b.matmul_many(in, first);
   // Without a shared expert the routed sum is the output itself.
   Tensor acc = m.shared ? Tensor{s.moe_acc.data, rows, in.cols} : out;
   MoeRoute route;
@@ -232,12 +245,12 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   route.scale = m.routed_scale;
   if (!b.moe_experts(in, router, route, m.routed, acc)) moe_routed_by_ops(b, m, in, router, acc, s);
   if (m.shared) {
-    mlp_forward(b, *m.shared, in, out, s.gate, s.up, s.act);
-    if (m.shared_gate) {
-      Tensor g{s.shared_gate.data, rows, 1};
-      b.matmul(in, *m.shared_gate, nullptr, g);
-      b.mul_sigmoid_rows(out, g);
-    }
+    const MlpBlock& sh = *m.shared;
+    Tensor a{s.act.data, rows, sh.inter};
+    if (sh.gate) b.act_mul(sh.act, sg, su, a);
+    else b.activate(sh.act, su, a);
+    b.matmul(a, *sh.down, nullptr, out);
+    if (m.shared_gate) b.mul_sigmoid_rows(out, sgate);
     b.add(out, acc);
   }
 }

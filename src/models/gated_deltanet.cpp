@@ -192,9 +192,7 @@ void deltanet_forward(Backend& b, const DeltaNetBlock& d, Tensor in, Tensor out,
   const int64_t kd = int64_t{d.p.k_heads} * d.p.k_dim, vd = int64_t{d.p.v_heads} * d.p.v_dim;
   Tensor qkv{s.qkv.data, m, d.conv_dim}, z{s.z.data, m, vd}, ba{s.ba.data, m, 2 * int64_t{d.p.v_heads}};
   Tensor conv{s.conv.data, m, d.conv_dim}, y{s.y.data, m, vd}, normed{s.normed.data, m, vd};
-  b.matmul(in, *d.in_qkv, nullptr, qkv);
-  b.matmul(in, *d.in_z, nullptr, z);
-  b.matmul(in, *d.in_ba, nullptr, ba);
+  b.matmul_many(in, {{d.in_qkv.get(), nullptr, qkv}, {d.in_z.get(), nullptr, z}, {d.in_ba.get(), nullptr, ba}});
   b.conv1d_causal(qkv, *d.conv, nullptr, /*silu=*/true, rows, st, d.state_off, conv);
   const int64_t delta_off = d.state_off + (d.conv_k - 1) * d.conv_dim;
   b.gated_delta(Cols{conv, 0}, Cols{conv, kd}, Cols{conv, 2 * kd}, Cols{ba, d.p.v_heads}, Cols{ba, 0}, *d.A_log,

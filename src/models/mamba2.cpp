@@ -54,9 +54,7 @@ void mamba2_forward(Backend& b, const Mamba2Block& m, Tensor in, Tensor out, con
            "mamba2: scratch does not fit a round of ", n, " rows");
   Tensor z{s.z.data, n, m.inter}, xbc{s.xbc.data, n, m.conv_dim}, dt{s.dt.data, n, m.p.heads},
       y{s.y.data, n, m.inter};
-  b.matmul(in, *m.in_z, nullptr, z);
-  b.matmul(in, *m.in_xbc, nullptr, xbc);
-  b.matmul(in, *m.in_dt, nullptr, dt);
+  b.matmul_many(in, {{m.in_z.get(), nullptr, z}, {m.in_xbc.get(), nullptr, xbc}, {m.in_dt.get(), nullptr, dt}});
   b.conv1d_causal(xbc, *m.conv_w, m.conv_b.get(), /*silu=*/true, rows, st, off, xbc);
   const int64_t gn = static_cast<int64_t>(m.p.groups) * m.p.state_size;
   b.ssm_scan(Cols{xbc, 0}, Cols{xbc, m.inter}, Cols{xbc, m.inter + gn}, Cols{dt, 0}, *m.A_log, *m.D, *m.dt_bias,

@@ -47,10 +47,7 @@ void gated_attention_forward(Backend& b, const GatedAttentionBlock& a, const Rop
   const auto& P = a.params;
   Tensor q = s.q.slice_rows(0, m), gate = s.gate.slice_rows(0, m), k = s.k.slice_rows(0, m),
          v = s.v.slice_rows(0, m), att = s.att.slice_rows(0, m);
-  b.matmul(in, *a.q, nullptr, q);
-  b.matmul(in, *a.gate, nullptr, gate);
-  b.matmul(in, *a.k, nullptr, k);
-  b.matmul(in, *a.v, nullptr, v);
+  b.matmul_many(in, {{a.q.get(), nullptr, q}, {a.gate.get(), nullptr, gate}, {a.k.get(), nullptr, k}, {a.v.get(), nullptr, v}});
   // Zero-centred norms: transformers multiplies by (1 + weight).
   b.attention_prep(q, k, v, QkNorm{a.q_norm.get(), a.k_norm.get(), a.eps, true}, rope, P, kv, a.kv_layer, rows);
   b.attention(q, att, kv, a.kv_layer, rows, P);
