@@ -289,6 +289,10 @@ std::vector<MoeCase> moe_kernel_cases() {
   v.push_back({"matmul_many BF16 K=2048 N=7000,7000 (gate, up)", [=](Backend& g, Backend&) {
                  return many_gate(many, g, DType::BF16, 2048, {7000, 7000}, 103, 64);
                }});
+  // An MoE layer's router with its shared expert's gate, up and one-row gate.
+  v.push_back({"matmul_many BF16 K=2048 N=512,512,512,1 (router, shared expert)", [=](Backend& g, Backend&) {
+                 return many_gate(many, g, DType::BF16, 2048, {512, 512, 512, 1}, 105, 64);
+               }});
   v.push_back({"matmul_many F16 K=1003 N=200,72", [=](Backend& g, Backend&) {
                  return many_gate(many, g, DType::F16, 1003, {200, 72}, 99);
                }});
