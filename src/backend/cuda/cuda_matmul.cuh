@@ -281,18 +281,22 @@ void carve_partials(CudaBackend& be, int64_t M, int n, F f) {
   }
 }
 
-// Whether many-row tiles fold their slices in place (no partials, no second pass): from
-// min_tiles tiles (by default one block an SM), or once the partials would pass 64 MiB; fewer
-// tiles run slices as blocks of their own, for occupancy. The chains are the same either way.
-// TF_CUDA_FOLD=0: never fold below 64 MiB (side-by-side timing).
-inline bool fold_slices(int64_t tiles, const SplitArgs& sp, int64_t M, int64_t N,
-                        int64_t min_tiles = kTargetBlocks / 4) {
-  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
-  static const bool fold_off = [] {
+// TF_CUDA_FOLD=0: slices never fold (below 64 MiB of partials), for side-by-side timing.
+inline bool fold_off() {
+  static const bool off = [] {
     const char* e = std::getenv("TF_CUDA_FOLD");
     return e && e[0] == '0' && e[1] == 0;
   }();
-  return (!fold_off && tiles >= min_tiles) ||
+  return off;
+}
+
+// Whether many-row tiles fold their slices in place (no partials, no second pass): from
+// min_tiles tiles (by default one block an SM), or once the partials would pass 64 MiB; fewer
+// tiles run slices as blocks of their own, for occupancy. The chains are the same either way.
+inline bool fold_slices(int64_t tiles, const SplitArgs& sp, int64_t M, int64_t N,
+                        int64_t min_tiles = kTargetBlocks / 4) {
+  constexpr uint64_t kMaxPartials = uint64_t{64} << 20;
+  return (!fold_off() && tiles >= min_tiles) ||
          static_cast<uint64_t>(sp.s) * M * N * sizeof(float) > kMaxPartials;
 }
 

@@ -65,9 +65,10 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 // kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
 // gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
 // kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
-// Two tiles a warp are held to four blocks an SM, as one tile gets.
+// Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
+// would spill at that cap.
 template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1>
-__global__ void __launch_bounds__(kSkinnyWarps * 32, TN == 2 ? 4 : 1)
+__global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 ? 1 : 4)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
                   float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp,
@@ -159,24 +160,39 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, TN == 2 ? 4 : 1)
     }
   };
   if (kbeg < kend) load_w(kbeg);
+  // A thread splits the same (row, k8 group) items every step: rows past M are zeroed here once,
+  // and a live row's x offset (an MoE item's from its row map) is looked up once.
+  constexpr int kItems = (R * G + kSkinnyWarps * 32 - 1) / (kSkinnyWarps * 32);
+  int xrow[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = threadIdx.x + j * kSkinnyWarps * 32, r = i / G, q = i % G;
+    xrow[j] = -1;
+    if (i >= R * G) continue;
+    if (r >= M) {
+      *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(0u, 0u, 0u, 0u);
+      *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(0u, 0u, 0u, 0u);
+    } else {
+      xrow[j] = kGroup ? rowmap[r] / gr.x_div : r;
+    }
+  }
   if (!kGroup) grid_wait();
   for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
-    // The step's x as operand words, each (row, k8 group) split by one thread.
-    for (int i = threadIdx.x; i < R * G; i += kSkinnyWarps * 32) {
-      const int r = i / G, q = i % G;
-      uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
-      if (r < M) {
-        const int64_t xr = kGroup ? rowmap[r] / gr.x_div : r;
-        float v[8];
-        load_x8(v, x + xr * K, true, K, kc + 8 * q, vec_x);
-        if (kGroup && gr.act >= 0) {
-          float u8[8];
-          if (gr.x2) load_x8(u8, gr.x2 + xr * K, true, K, kc + 8 * q, vec_x);
+    // The step's x as operand words, each live (row, k8 group) split by one thread.
 #pragma unroll
-          for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
-        }
-        split8<kLo>(v, hi, lo);
+    for (int j = 0; j < kItems; ++j) {
+      if (xrow[j] < 0) continue;
+      const int i = threadIdx.x + j * kSkinnyWarps * 32, r = i / G, q = i % G;
+      uint32_t hi[4], lo[4];
+      float v[8];
+      load_x8(v, x + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+      if (kGroup && gr.act >= 0) {
+        float u8[8];
+        if (gr.x2) load_x8(u8, gr.x2 + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
       }
+      split8<kLo>(v, hi, lo);
       *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
@@ -378,8 +394,8 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
     SplitArgs sp = split_for(K, N);
     const int64_t tiles = (N + BN - 1) / BN;
     // Enough (tile, item) blocks to fill the card: each walks its slices and folds them itself,
-    // with no partials or second pass.
-    sp.fold = sp.s > 1 && tiles * tables * gr.max_items >= kTargetBlocks / 2;
+    // with no partials or second pass (TF_CUDA_FOLD=0: never, for side-by-side timing).
+    sp.fold = sp.s > 1 && !fold_off() && tiles * tables * gr.max_items >= kTargetBlocks / 2;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(sp.fold ? 1 : sp.s),
                     static_cast<unsigned>(tables * gr.max_items));
     if (sp.s > 1 && !sp.fold) {
