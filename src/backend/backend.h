@@ -165,6 +165,9 @@ class Backend {
   virtual uint64_t device_bytes_in_use() const { return 0; }
   // Memory of the device this backend computes on; 0 when it computes in host memory.
   virtual uint64_t device_memory_total() const { return 0; }
+  // Bytes the backend may still allocate during rounds once warm_up_rounds has run: buffers whose
+  // size grows with the context a round reads rather than its rows (0 where none do).
+  virtual uint64_t round_growth_bound() const { return 0; }
   // Seconds the host has spent blocked on the device (copies back, synchronous uploads, stream
   // syncs) since the backend was made; 0 for a backend without one.
   virtual double device_wait_seconds() const { return 0.0; }

@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
+#include "engine/warm_up.h"
 #include "server/api_job.h"
 #include "server/api_request.h"
 #include "server/sse.h"
@@ -104,10 +105,13 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   model_->reserve(eo.lanes + std::min(eo.chunk, ctx));
   MemoryPlanInput in;
   const uint64_t device_total = backend_->device_memory_total();
+  // A GPU backend makes some buffers on first use: the widest rounds make them now, so they count.
+  if (device_total > 0) warm_up_rounds(*model_, *backend_, eo.lanes, eo.chunk, eo.page_size, ctx);
   // On a GPU the plan covers device memory; on the CPU the process's RAM.
   in.limit = device_total > 0 ? static_cast<uint64_t>(opt_.memory_fraction * static_cast<double>(device_total))
                               : static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes()));
-  in.footprint = device_total > 0 ? backend_->device_bytes_in_use() : process_memory().rss_bytes;
+  in.footprint = device_total > 0 ? backend_->device_bytes_in_use() + backend_->round_growth_bound()
+                                  : process_memory().rss_bytes;
   const uint64_t kv_page_bytes = 2ull * static_cast<uint64_t>(std::max(1, model_->n_kv_layers())) * eo.page_size *
                                  model_->n_kv_heads() * model_->head_dim() * sizeof(float);
   in.page_bytes = kv_page_bytes;

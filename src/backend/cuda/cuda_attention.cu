@@ -398,6 +398,10 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
 }
 
 
+// Decode attention's split partials grow with the keys a round reads, up to kMaxPartialBytes (and
+// a megabyte of row sums); scratch may double past what it held, so twice that.
+uint64_t CudaBackend::round_growth_bound() const { return 2 * (kMaxPartialBytes + (1ull << 20)); }
+
 void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, int layer,
                             const RowLayout& rows, const AttnParams& p) {
   const ProfScope prof(*this, "attention", nullptr, q.rows);

@@ -1,0 +1,74 @@
+// Startup warm-up rounds (engine/warm_up.h): the widest rounds an engine makes run before memory
+// is planned, and leave nothing behind that changes a later request's bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "engine/warm_up.h"
+#include "model_fixture.h"
+
+namespace tf {
+
+namespace {
+
+// Passes rounds to a model and keeps each round's rows and its sequences' count.
+class RecordingModel : public Model {
+ public:
+  explicit RecordingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
+  int n_kv_layers() const override { return inner_.n_kv_layers(); }
+  int64_t state_floats() const override { return inner_.state_floats(); }
+  void reserve(int rows) override { inner_.reserve(rows); }
+  using Model::forward;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override {
+    rows.push_back(in.layout.rows());
+    seqs.push_back(static_cast<int>(std::set<int32_t>(in.layout.seq.begin(), in.layout.seq.end()).size()));
+    inner_.forward(in, kv, logits, sampled);
+  }
+  std::vector<int> rows, seqs;
+
+ private:
+  Model& inner_;
+};
+
+}  // namespace
+
+class WarmUp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WarmUp, RunsTheWidestRoundsAndChangesNoBits) {
+  const std::string dir = test::golden_dir(GetParam());
+  auto warmed = test::load_fixture(dir);
+  RecordingModel rec(*warmed->model);
+  const int lanes = 5, chunk = 32, page = 16, context = 64;
+  warm_up_rounds(rec, *warmed->backend, lanes, chunk, page, context);
+  ASSERT_FALSE(rec.rows.empty());
+  // One prompt chunk beside every other lane's row: lanes - 1 + chunk rows in one round.
+  EXPECT_EQ(*std::max_element(rec.rows.begin(), rec.rows.end()), lanes - 1 + chunk);
+  // Every lane decoding together: a round of one row per lane.
+  bool all_lanes = false;
+  for (size_t i = 0; i < rec.rows.size(); ++i) all_lanes = all_lanes || (rec.rows[i] == lanes && rec.seqs[i] == lanes);
+  EXPECT_TRUE(all_lanes);
+  // The warmed model answers as a fresh one, bit for bit.
+  auto fresh = test::load_fixture(dir);
+  std::mt19937 rng(9);
+  std::vector<test::Job> jobs;
+  for (int i = 0; i < 3; ++i) {
+    test::Job j;
+    j.prompt = test::random_tokens(rng, 4 + 11 * i, fresh->model->vocab_size());
+    j.max_tokens = 5;
+    jobs.push_back(j);
+  }
+  EngineOptions opt;
+  opt.lanes = 3;
+  opt.context = context;
+  opt.chunk = page;
+  const auto ref = test::run_jobs(*fresh->model, *fresh->backend, opt, jobs);
+  const auto got = test::run_jobs(*warmed->model, *warmed->backend, opt, jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) test::expect_same(ref[i], got[i], GetParam() + " job " + std::to_string(i));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, WarmUp, ::testing::Values("llama", "qwen3_moe", "nemotron_h_moe", "qwen3_next"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace tf
