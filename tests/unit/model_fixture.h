@@ -144,22 +144,32 @@ inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int32_t voca
   return t;
 }
 
-// Throws from forward when armed, to check that a failed round gives its pages and slots back.
-class FailingModel : public Model {
+// A model that passes everything to another; tests override forward to watch or break rounds.
+class WrappedModel : public Model {
  public:
-  explicit FailingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
+  explicit WrappedModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
   int n_kv_layers() const override { return inner_.n_kv_layers(); }
   int64_t state_floats() const override { return inner_.state_floats(); }
   void reserve(int rows) override { inner_.reserve(rows); }
   using Model::forward;
   void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override {
-    if (armed) throw Error("planted failure");
     inner_.forward(in, kv, logits, sampled);
   }
-  bool armed = false;
 
  private:
   Model& inner_;
+};
+
+// Throws from forward when armed, to check that a failed round gives its pages and slots back.
+class FailingModel : public WrappedModel {
+ public:
+  using WrappedModel::WrappedModel;
+  using Model::forward;
+  void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override {
+    if (armed) throw Error("planted failure");
+    WrappedModel::forward(in, kv, logits, sampled);
+  }
+  bool armed = false;
 };
 
 // Submits jobs sharing one prompt as one sibling group (n > 1) and runs until idle; their tokens.

@@ -14,22 +14,16 @@ namespace tf {
 namespace {
 
 // Passes rounds to a model and keeps each round's rows and its sequences' count.
-class RecordingModel : public Model {
+class RecordingModel : public test::WrappedModel {
  public:
-  explicit RecordingModel(Model& inner) : inner_(inner) { config_ = inner.config(); }
-  int n_kv_layers() const override { return inner_.n_kv_layers(); }
-  int64_t state_floats() const override { return inner_.state_floats(); }
-  void reserve(int rows) override { inner_.reserve(rows); }
+  using WrappedModel::WrappedModel;
   using Model::forward;
   void forward(const RoundInput& in, KvStorage& kv, std::vector<float>& logits, std::vector<int32_t>& sampled) override {
     rows.push_back(in.layout.rows());
     seqs.push_back(static_cast<int>(std::set<int32_t>(in.layout.seq.begin(), in.layout.seq.end()).size()));
-    inner_.forward(in, kv, logits, sampled);
+    WrappedModel::forward(in, kv, logits, sampled);
   }
   std::vector<int> rows, seqs;
-
- private:
-  Model& inner_;
 };
 
 }  // namespace
