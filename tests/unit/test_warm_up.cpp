@@ -62,6 +62,35 @@ TEST_P(WarmUp, RunsTheWidestRoundsAndChangesNoBits) {
   for (size_t i = 0; i < jobs.size(); ++i) test::expect_same(ref[i], got[i], GetParam() + " job " + std::to_string(i));
 }
 
+// On a device: after the warm-up, an engine's rounds of those widths allocate nothing more while
+// no row reads 64 keys or more (deeper rows may add attention's split partials, which
+// round_growth_bound covers).
+TEST_P(WarmUp, DeviceBuffersDoNotGrowAfterIt) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()));
+  if (m->backend->device_memory_total() == 0) GTEST_SKIP() << "needs a device backend (TF_TEST_DEVICE=cuda)";
+  const int lanes = 6, chunk = 32, page = 16, context = 64;
+  warm_up_rounds(*m->model, *m->backend, lanes, chunk, page, context);
+  EngineOptions opt;
+  opt.lanes = lanes;
+  opt.context = context;
+  opt.chunk = chunk;
+  opt.page_size = page;
+  Engine engine(*m->model, *m->backend, opt);
+  const uint64_t before = m->backend->device_bytes_in_use();
+  std::mt19937 rng(4);
+  std::vector<test::Job> jobs;
+  // One prompt of two chunks beside short ones decoding: the widest rounds and every lane's row.
+  for (int i = 0; i < lanes; ++i) {
+    test::Job j;
+    j.prompt = test::random_tokens(rng, i == 0 ? 40 : 3 + i, m->model->vocab_size());
+    j.max_tokens = i == 0 ? 8 : 50;
+    j.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+    jobs.push_back(j);
+  }
+  test::submit_all(engine, jobs, m->model->vocab_size());
+  EXPECT_EQ(m->backend->device_bytes_in_use(), before) << GetParam() << ": rounds made buffers the plan did not count";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, WarmUp, ::testing::Values("llama", "qwen3_moe", "nemotron_h_moe", "qwen3_next"),
                          [](const auto& info) { return info.param; });
 
