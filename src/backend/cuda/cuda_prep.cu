@@ -1,0 +1,142 @@
+// attention_prep on the device: a row's q/k per-head norms, rope on q and k and the KV store in
+// one kernel, with the arithmetic of rmsnorm_kernel, rope_kernel and kv_store (cuda_ops.cu,
+// cuda_attention.cu).
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_norm.cuh"
+#include "backend/cuda/cuda_util.cuh"
+
+namespace tf::cuda {
+
+namespace {
+
+constexpr int kPrepWarps = 4;
+constexpr int kPrepMaxHeadDim = 512;
+
+struct PrepArgs {
+  float* q;
+  float* k;
+  const float* v;
+  const float* qg;  // per-head norm weights; null: no norm
+  const float* kg;
+  const float* cs;  // rope table of the rows; null: no rotation
+  float* k_pool;
+  float* v_pool;
+  const int64_t* slot;  // each row's pool slot
+  float eps;
+  int n_heads, kv_heads, head_dim, half;
+  bool add_one, neox;
+};
+
+// A warp per head of a row: q heads, then k heads, then v heads (copied to the pool). A q or k
+// head is staged in shared memory and gets rmsnorm_kernel's arithmetic for one row of head_dim
+// (virtual thread t sums chunk t, the tail goes to thread nc, the 8 warps' sums add in order),
+// then rope_kernel's rotation; k is also written to its pool slot.
+__global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArgs a) {
+  __shared__ float buf[kPrepWarps][kPrepMaxHeadDim];
+  grid_wait();
+  grid_launch_next();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.head_dim;
+  const int task = static_cast<int>(blockIdx.y) * kPrepWarps + warp;
+  const int64_t r = blockIdx.x, kw = static_cast<int64_t>(a.kv_heads) * hd;
+  if (task >= a.n_heads + 2 * a.kv_heads) return;
+  if (task >= a.n_heads + a.kv_heads) {
+    const int64_t h = task - a.n_heads - a.kv_heads;
+    const float* src = a.v + r * kw + h * hd;
+    float* dst = a.v_pool + a.slot[r] * kw + h * hd;
+    for (int i = lane; i < hd; i += 32) dst[i] = src[i];
+    return;
+  }
+  const bool is_q = task < a.n_heads;
+  const int64_t h = is_q ? task : task - a.n_heads;
+  float* x = is_q ? a.q + r * a.n_heads * hd + h * hd : a.k + r * kw + h * hd;
+  const float* g = is_q ? a.qg : a.kg;
+  float* s = buf[warp];
+  for (int i = lane; i < hd; i += 32) s[i] = x[i];
+  __syncwarp();
+  if (g) {
+    const int nc = hd / 4;
+    float total = 0.0f;
+    for (int w = 0; 32 * w <= nc; ++w) {
+      const int t = 32 * w + lane;
+      float sq = 0.0f;
+      if (t < nc) sq = add_squares4(sq, s[4 * t], s[4 * t + 1], s[4 * t + 2], s[4 * t + 3]);
+      if (t == nc)
+        for (int i = 4 * nc; i < hd; ++i) sq = __fadd_rn(sq, __fmul_rn(s[i], s[i]));
+      const float ws = warp_sum(sq);
+      total = w == 0 ? ws : __fadd_rn(total, ws);
+    }
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(hd) + a.eps);
+    __syncwarp();
+    for (int i = lane; i < hd; i += 32) s[i] = norm_elem(s[i], g[i], inv, a.add_one);
+    __syncwarp();
+  }
+  if (a.cs) {
+    const float* cr = a.cs + 2 * r * a.half;
+    const int bstep = a.neox ? a.half : 1;
+    for (int i = lane; i < a.half; i += 32) {
+      const int ia = a.neox ? i : 2 * i;
+      const float v0 = s[ia], v1 = s[ia + bstep], c = cr[i], sn = cr[a.half + i];
+      s[ia] = __fsub_rn(__fmul_rn(v0, c), __fmul_rn(v1, sn));
+      s[ia + bstep] = __fadd_rn(__fmul_rn(v1, c), __fmul_rn(v0, sn));
+    }
+    __syncwarp();
+  }
+  float* pool = is_q ? nullptr : a.k_pool + a.slot[r] * kw + h * hd;
+  for (int i = lane; i < hd; i += 32) {
+    x[i] = s[i];
+    if (pool) pool[i] = s[i];
+  }
+}
+
+// TF_CUDA_FUSE_PREP=0 runs rmsnorm, rope and kv_store one by one, for timing.
+bool fuse_prep() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FUSE_PREP");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+}  // namespace
+
+void CudaBackend::attention_prep(Tensor q, Tensor k, const Tensor& v, const QkNorm& norm,
+                                 const RopeParams& rope, const AttnParams& p, KvStorage& kvs,
+                                 int layer, const RowLayout& rows) {
+  const int hd = p.head_dim, half = rope.rot_dim > 0 ? rope.rot_dim / 2 : 0;
+  const auto norm_fits = [&](const Weight* w) { return !w || (w->rows == 1 && w->cols == hd); };
+  const bool rope_fits = half == 0 || (rope.head_dim == hd && rope.rot_dim % 2 == 0 && rope.rot_dim <= hd &&
+                                       rope.inv_freq.size() == static_cast<size_t>(half));
+  // Shapes the fused kernel does not take go op by op, whose checks name what is wrong.
+  if (!fuse_prep() || hd <= 0 || hd > kPrepMaxHeadDim || p.n_heads <= 0 || p.n_kv_heads <= 0 ||
+      q.cols != static_cast<int64_t>(p.n_heads) * hd || q.rows != k.rows || q.rows > 0x7fffffff ||
+      p.n_heads + 2 * p.n_kv_heads > 65535 * kPrepWarps || !norm_fits(norm.q) || !norm_fits(norm.k) ||
+      !rope_fits || (q.rows > 0 && rows.pos.size() < static_cast<size_t>(q.rows))) {
+    Backend::attention_prep(q, k, v, norm, rope, p, kvs, layer, rows);
+    return;
+  }
+  const ProfScope prof(*this, "attention_prep", nullptr, q.rows);
+  check_tensor(q, "attention_prep", "q");
+  const CudaKv& kv = as_cuda_kv(kvs, "attention_prep");
+  TF_CHECK(kv.head_dim == hd && kv.kv_heads == p.n_kv_heads, "attention_prep: ", p.n_kv_heads, " kv heads of ",
+           hd, " for a pool of ", kv.kv_heads, " of ", kv.head_dim);
+  const int64_t* slot = kv_slots(kv, layer, k, v, rows, "attention_prep");
+  if (q.rows == 0) return;
+  PrepArgs a{};
+  a.q = q.data, a.k = k.data, a.v = v.data;
+  a.qg = norm.q ? as_cuda(*norm.q, "attention_prep").f32 : nullptr;
+  a.kg = norm.k ? as_cuda(*norm.k, "attention_prep").f32 : nullptr;
+  a.cs = half > 0 ? rope_cs(rows.pos.data(), q.rows, rope) : nullptr;
+  a.k_pool = kv.k_layer(layer), a.v_pool = kv.v_layer(layer), a.slot = slot;
+  a.eps = norm.eps, a.add_one = norm.add_one, a.neox = rope.neox;
+  a.n_heads = p.n_heads, a.kv_heads = p.n_kv_heads, a.head_dim = hd, a.half = half;
+  const int tasks = p.n_heads + 2 * p.n_kv_heads;
+  const dim3 grid(static_cast<unsigned>(q.rows), static_cast<unsigned>((tasks + kPrepWarps - 1) / kPrepWarps));
+  launch_kernel(attention_prep_kernel, grid, kPrepWarps * 32, 0, a);
+  check_launch("attention_prep");
+}
+
+}  // namespace tf::cuda
