@@ -20,6 +20,13 @@ constexpr int kChunkThreads = 256;
 
 __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
+// Column c's state rows i0 .. i0 + kStepBatch - 1 (zero past Kd), every load sent before any use.
+__device__ __forceinline__ void load_state(float (&sv)[kStepBatch], const float* S, int i0, int Kd, int Vd,
+                                           int c) {
+#pragma unroll
+  for (int u = 0; u < kStepBatch; ++u) sv[u] = i0 + u < Kd ? S[static_cast<int64_t>(i0 + u) * Vd + c] : 0.0f;
+}
+
 struct DeltaArgs {
   const float *q, *k, *v, *a, *b;
   int64_t ldq, ldk, ldv, lda, ldb;
@@ -80,9 +87,7 @@ __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
       // of loads goes out first (each element is read once, then written once).
       float kv = 0.0f, sv[kStepBatch];
       for (int i0 = 0; i0 < Kd; i0 += kStepBatch) {
-#pragma unroll
-        for (int u = 0; u < kStepBatch; ++u)
-          sv[u] = i0 + u < Kd ? S_in[static_cast<int64_t>(i0 + u) * Vd + c] : 0.0f;
+        load_state(sv, S_in, i0, Kd, Vd, c);
 #pragma unroll
         for (int u = 0; u < kStepBatch; ++u) {
           if (i0 + u >= Kd) break;
@@ -94,9 +99,7 @@ __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
       const float delta = (a.v[r * a.ldv + static_cast<int64_t>(h) * Vd + c] - kv) * beta;
       float o = 0.0f;
       for (int i0 = 0; i0 < Kd; i0 += kStepBatch) {
-#pragma unroll
-        for (int u = 0; u < kStepBatch; ++u)
-          sv[u] = i0 + u < Kd ? S[static_cast<int64_t>(i0 + u) * Vd + c] : 0.0f;
+        load_state(sv, S, i0, Kd, Vd, c);
 #pragma unroll
         for (int u = 0; u < kStepBatch; ++u) {
           if (i0 + u >= Kd) break;
