@@ -137,6 +137,12 @@ struct MoeExperts {
   Act act = Act::SiLU;
 };
 
+// A shared expert's output folded into an MoE layer's routed sum (Backend::moe_experts).
+struct MoeShared {
+  const Tensor* y = nullptr;     // [m x hidden]
+  const Tensor* gate = nullptr;  // [m x 1], optional
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -251,9 +257,11 @@ class Backend {
   // routed as route says, then out[r] = sum over r's chosen experts in increasing expert index of
   // weight * expert(x[r]) (a sum from 0, each product rounded before it is added), which is what
   // topk + gather_rows + the expert's matmuls + scatter_add_scaled in expert order give. Returns
-  // false when the backend has no such path; the caller then runs those ops itself.
+  // false when the backend has no such path; the caller then runs those ops itself. With
+  // shared.y set, out[r] = shared.y[r] (times sigmoid(shared.gate[r]) when set, as
+  // mul_sigmoid_rows rounds it) + that sum, as add rounds it; out may be shared.y.
   virtual bool moe_experts(const Tensor& /*x*/, const Tensor& /*logits*/, const MoeRoute& /*route*/,
-                           const MoeExperts& /*ex*/, Tensor /*out*/) {
+                           const MoeExperts& /*ex*/, Tensor /*out*/, const MoeShared& /*shared*/) {
     return false;
   }
   // out = act(x)

@@ -233,8 +233,6 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
     }
   }
   b.matmul_many(in, first);
-  // Without a shared expert the routed sum is the output itself.
-  Tensor acc = m.shared ? Tensor{s.moe_acc.data, rows, in.cols} : out;
   MoeRoute route;
   route.k = m.top_k;
   route.norm = m.norm_topk;
@@ -243,16 +241,22 @@ void moe_forward(Backend& b, const MoeBlock& m, Tensor in, Tensor out, Scratch& 
   route.n_group = m.n_group;
   route.topk_group = m.topk_group;
   route.scale = m.routed_scale;
-  if (!b.moe_experts(in, router, route, m.routed, acc)) moe_routed_by_ops(b, m, in, router, acc, s);
-  if (m.shared) {
-    const MlpBlock& sh = *m.shared;
-    Tensor a{s.act.data, rows, sh.inter};
-    if (sh.gate) b.act_mul(sh.act, sg, su, a);
-    else b.activate(sh.act, su, a);
-    b.matmul(a, *sh.down, nullptr, out);
-    if (m.shared_gate) b.mul_sigmoid_rows(out, sgate);
-    b.add(out, acc);
+  if (!m.shared) {
+    // Without a shared expert the routed sum is the output itself.
+    if (!b.moe_experts(in, router, route, m.routed, out, {})) moe_routed_by_ops(b, m, in, router, out, s);
+    return;
   }
+  const MlpBlock& sh = *m.shared;
+  Tensor a{s.act.data, rows, sh.inter};
+  if (sh.gate) b.act_mul(sh.act, sg, su, a);
+  else b.activate(sh.act, su, a);
+  b.matmul(a, *sh.down, nullptr, out);
+  // The backend may add the routed sum to the shared expert's output as it makes it.
+  if (b.moe_experts(in, router, route, m.routed, out, {&out, m.shared_gate ? &sgate : nullptr})) return;
+  Tensor acc{s.moe_acc.data, rows, in.cols};
+  if (!b.moe_experts(in, router, route, m.routed, acc, {})) moe_routed_by_ops(b, m, in, router, acc, s);
+  if (m.shared_gate) b.mul_sigmoid_rows(out, sgate);
+  b.add(out, acc);
 }
 
 void check_round(const RoundInput& in, int max_rows, int32_t vocab) {

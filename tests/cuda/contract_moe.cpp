@@ -130,7 +130,7 @@ using MoeFn = std::function<std::vector<float>(Backend&, const MoeSpec&, const M
 std::vector<float> fused(Backend& be, const MoeSpec& s, const MoeWeights& w, const std::vector<float>& xs,
                          const std::vector<float>& ls, int64_t m) {
   Tensor x = upload(be, xs, m, s.H), lg = upload(be, ls, m, s.E), out = poisoned(be, m, s.H);
-  TF_CHECK(be.moe_experts(x, lg, route_of(s, w), w.ex, out), "moe_experts: the backend took the op-by-op path");
+  TF_CHECK(be.moe_experts(x, lg, route_of(s, w), w.ex, out, {}), "moe_experts: the backend took the op-by-op path");
   auto v = host(be, out);
   for (Tensor* t : {&x, &lg, &out}) be.free(*t);
   return v;
@@ -170,6 +170,77 @@ std::string moe_gate(const MoeFn& f, Backend& gpu, Backend& cpu, const MoeSpec& 
     const std::vector<float> xp(xs.begin() + off * s.H, xs.begin() + (off + m) * s.H);
     const std::vector<float> lp(ls.begin() + off * s.E, ls.begin() + (off + m) * s.E);
     const auto part = f(gpu, s, wg, xp, lp, m);
+    if (!same_bits(part.data(), got.data() + off * s.H, m * s.H))
+      return tag + ": rows differ when computed in a batch of " + std::to_string(m);
+  }
+  return "";
+}
+
+// The fold of a shared expert's output (times its sigmoid gate) into the routed sum.
+using FoldFn = std::function<void(Backend&, const Tensor& x, const Tensor& lg, const MoeRoute& r,
+                                  const MoeExperts& ex, Tensor y, const Tensor* gate)>;
+
+void fold_fused(Backend& be, const Tensor& x, const Tensor& lg, const MoeRoute& r, const MoeExperts& ex, Tensor y,
+                const Tensor* gate) {
+  TF_CHECK(be.moe_experts(x, lg, r, ex, y, {&y, gate}), "moe_experts: the backend did not fold the shared expert");
+}
+
+// The ops the fold stands for: the routed sum alone, then mul_sigmoid_rows and add.
+void fold_by_ops(Backend& be, const Tensor& x, const Tensor& lg, const MoeRoute& r, const MoeExperts& ex, Tensor y,
+                 const Tensor* gate, bool add_first) {
+  Tensor acc = be.alloc(y.rows, y.cols);
+  TF_CHECK(be.moe_experts(x, lg, r, ex, acc, {}), "moe_experts: the backend took the op-by-op path");
+  if (add_first) be.add(y, acc);
+  if (gate) be.mul_sigmoid_rows(y, *gate);
+  if (!add_first) be.add(y, acc);
+  be.free(acc);
+}
+
+// Bit-equal to the routed sum followed by mul_sigmoid_rows and add on the GPU, near the cpu
+// backend's ops, and each row the same in any batch.
+std::string fold_gate(const FoldFn& f, Backend& gpu, Backend& cpu, const MoeSpec& s, int64_t M, bool gated,
+                      uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto xs = random_floats(rng, static_cast<size_t>(M * s.H));
+  const auto ls = random_floats(rng, static_cast<size_t>(M * s.E), -4.f, 4.f);
+  const auto ys = random_floats(rng, static_cast<size_t>(M * s.H));
+  const auto gs = random_floats(rng, static_cast<size_t>(M), -3.f, 3.f);
+  const std::string tag = tag_of(s) + (gated ? " shared fold, gated" : " shared fold");
+  MoeWeights wc = load(cpu, s, seed + 1), wg = load(gpu, s, seed + 1);
+  auto run = [&](Backend& be, const MoeWeights& w, int64_t off, int64_t m, bool ops) {
+    Tensor x = upload(be, std::vector<float>(xs.begin() + off * s.H, xs.begin() + (off + m) * s.H), m, s.H);
+    Tensor lg = upload(be, std::vector<float>(ls.begin() + off * s.E, ls.begin() + (off + m) * s.E), m, s.E);
+    Tensor y = upload(be, std::vector<float>(ys.begin() + off * s.H, ys.begin() + (off + m) * s.H), m, s.H);
+    Tensor g = upload(be, std::vector<float>(gs.begin() + off, gs.begin() + off + m), m, 1);
+    if (ops) fold_by_ops(be, x, lg, route_of(s, w), w.ex, y, gated ? &g : nullptr, false);
+    else f(be, x, lg, route_of(s, w), w.ex, y, gated ? &g : nullptr);
+    auto v = host(be, y);
+    for (Tensor* t : {&x, &lg, &y, &g}) be.free(*t);
+    return v;
+  };
+  // The cpu backend has no fused layer: its routed sum comes from the ops (by_ops), folded by its ops.
+  std::vector<float> ref;
+  {
+    const auto routed = by_ops(cpu, s, wc, xs, ls, M);
+    Tensor y = upload(cpu, ys, M, s.H), acc = upload(cpu, routed, M, s.H), g = upload(cpu, gs, M, 1);
+    if (gated) cpu.mul_sigmoid_rows(y, g);
+    cpu.add(y, acc);
+    ref = host(cpu, y);
+    for (Tensor* t : {&y, &acc, &g}) cpu.free(*t);
+  }
+  const auto ops = run(gpu, wg, 0, M, true);
+  const auto got = run(gpu, wg, 0, M, false);
+  double mag = 0;
+  for (float v : ref) mag = std::max(mag, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= 1e-4 * std::max(mag, 1e-30)))
+      return tag + ": element " + std::to_string(i) + " got " + std::to_string(got[i]) + " want " +
+             std::to_string(ref[i]) + " (cpu, op by op)";
+  if (!same_bits(got.data(), ops.data(), M * s.H))
+    return tag + ": not bit-identical to the routed sum, mul_sigmoid_rows and add on the GPU";
+  for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{17}}) {
+    const int64_t off = (m * 7) % (M - m + 1);
+    const auto part = run(gpu, wg, off, m, false);
     if (!same_bits(part.data(), got.data() + off * s.H, m * s.H))
       return tag + ": rows differ when computed in a batch of " + std::to_string(m);
   }
@@ -302,6 +373,13 @@ std::vector<MoeCase> moe_kernel_cases() {
   v.push_back({"mul_sigmoid_rows", [](Backend& g, Backend& c) {
                  return row_gate_gate([](Backend& be, Tensor y, const Tensor& gt) { be.mul_sigmoid_rows(y, gt); }, g, c, 97);
                }});
+  // A shared expert's output folded into the routed sum: gated (Qwen3-Next) and plain (Nemotron-H).
+  v.push_back({"moe shared fold, gated, M=40", [](Backend& g, Backend& c) {
+                 return fold_gate(fold_fused, g, c, spec(DType::BF16, 96, 64, 24, 4, true, Act::SiLU), 40, true, 106);
+               }});
+  v.push_back({"moe shared fold, sigmoid routing, M=24", [](Backend& g, Backend& c) {
+                 return fold_gate(fold_fused, g, c, sigmoid_spec(), 24, false, 107);
+               }});
   return v;
 }
 
@@ -324,6 +402,12 @@ std::vector<MoeCase> moe_control_cases() {
                    for (auto& e : nb) e.bias = nullptr;
                    be.matmul_many(x, nb);
                  }, g, DType::BF16, 4096, {4096, 1024, 1024}, 98);
+               }});
+  v.push_back({"moe shared fold adding the routed sum before the gate", [](Backend& g, Backend& c) {
+                 return fold_gate([](Backend& be, const Tensor& x, const Tensor& lg, const MoeRoute& r,
+                                     const MoeExperts& ex, Tensor y, const Tensor* gate) {
+                   fold_by_ops(be, x, lg, r, ex, y, gate, true);
+                 }, g, c, spec(DType::BF16, 96, 64, 24, 4, true, Act::SiLU), 40, true, 106);
                }});
   v.push_back({"mul_sigmoid_rows with the gate's sign flipped", [](Backend& g, Backend& c) {
                  return row_gate_gate([](Backend& be, Tensor y, const Tensor& gt) {
@@ -363,7 +447,7 @@ void bench_moe(Backend& gpu, const std::function<float(const std::function<void(
       std::sort(idx.begin(), idx.end());
       const auto experts = std::unique(idx.begin(), idx.end()) - idx.begin();
       const double bytes = static_cast<double>(experts) * (s.gated ? 3 : 2) * s.H * s.I * 2;
-      const float ms = time_ms([&] { gpu.moe_experts(x, lg, r, w.ex, out); }, 50);
+      const float ms = time_ms([&] { gpu.moe_experts(x, lg, r, w.ex, out, {}); }, 50);
       std::printf("BENCH moe_experts %s m=%lld (%lld experts): %.3f ms, %.0f GB/s of expert weights\n",
                   sh.name, static_cast<long long>(m), static_cast<long long>(experts), ms, bytes / ms / 1e6);
       for (Tensor* t : {&x, &lg, &out}) gpu.free(*t);

@@ -149,7 +149,7 @@ class CudaBackend : public Backend {
                           int n) override;
 
   bool moe_experts(const Tensor& x, const Tensor& logits, const MoeRoute& route,
-                   const MoeExperts& ex, Tensor out) override;
+                   const MoeExperts& ex, Tensor out, const MoeShared& shared) override;
   // y [pairs x N] of a grouped matmul (BF16, F16 or Q8_0 weights of K columns); every row's bits
   // equal matmul's for the same row and weight.
   void matmul_grouped(const float* x, int64_t K, const GroupedRows& gr, DType dt, int64_t N,

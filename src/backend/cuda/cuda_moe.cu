@@ -300,8 +300,11 @@ __global__ void moe_lists_kernel(const int32_t* idx, int pairs, int n, int32_t* 
 
 // out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index: block
 // (x, y) takes columns of rows y, y + gridDim.y, ..., ranking each row's pairs by expert first.
+// With shared set, out = shared (times sigmoid(sgate[r]) when set) + that sum, rounded as
+// mul_sigmoid_rows and add round them.
 __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const float* down, int k,
-                                   int64_t rows, int64_t cols, float* out) {
+                                   int64_t rows, int64_t cols, float* out, const float* shared,
+                                   const float* sgate) {
   grid_wait();
   grid_launch_next();
   __shared__ int32_t by_expert[kMaxK];
@@ -320,6 +323,11 @@ __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const flo
       for (int t = 0; t < k; ++t) {
         const int j = by_expert[t];
         acc = acc + w[r * k + j] * down[(r * k + j) * cols + c];
+      }
+      if (shared) {
+        float v = shared[r * cols + c];
+        if (sgate) v = v * sigmoid_f(sgate[r]);
+        acc = v + acc;
       }
       out[r * cols + c] = acc;
     }
@@ -373,7 +381,7 @@ const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
 }
 
 bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRoute& route,
-                              const MoeExperts& ex, Tensor out) {
+                              const MoeExperts& ex, Tensor out, const MoeShared& shared) {
   const char* op = "moe_experts";
   const int64_t E = static_cast<int64_t>(ex.up.size());
   if (E == 0 || E > kMaxExperts || route.k < 1 || route.k > kMaxK || route.k > E) return false;
@@ -394,6 +402,16 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   check_tensor(x, op, "x");
   check_tensor(logits, op, "logits");
   check_tensor(out, op, "out");
+  if (shared.y) {
+    check_tensor(*shared.y, op, "shared");
+    TF_CHECK(shared.y->rows == x.rows && shared.y->cols == out.cols, op, ": shared [", shared.y->rows, " x ",
+             shared.y->cols, "] for ", x.rows, " rows of ", out.cols);
+    if (shared.gate) {
+      check_tensor(*shared.gate, op, "shared gate");
+      TF_CHECK(shared.gate->rows == x.rows && shared.gate->cols == 1, op, ": shared gate [", shared.gate->rows,
+               " x ", shared.gate->cols, "] for ", x.rows, " rows");
+    }
+  }
   TF_CHECK(logits.rows == x.rows && logits.cols == E && out.rows == x.rows && out.cols == H, op,
            ": x [", x.rows, " x ", x.cols, "], logits [", logits.rows, " x ", logits.cols,
            "], out [", out.rows, " x ", out.cols, "] for ", E, " experts");
@@ -470,7 +488,8 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   const ProfScope ps(*this, "moe combine", nullptr, m);
   const dim3 cgrid(grid_for(H, 256), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
   launch_kernel(moe_combine_kernel, cgrid, 256, 0, idx, wts, dbuf, static_cast<int>(k), m, H,
-                out.data);
+                out.data, shared.y ? static_cast<const float*>(shared.y->data) : nullptr,
+                shared.gate ? static_cast<const float*>(shared.gate->data) : nullptr);
   check_launch(op);
   return true;
 }
