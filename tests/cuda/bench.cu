@@ -84,6 +84,18 @@ void run_bench_moe(Backend& gpu) {
   bench_moe(gpu, [](const std::function<void()>& fn, int iters) { return time_ms(fn, iters); });
 }
 
+void run_bench_few(Backend& gpu) {
+  // Llama-3.1-8B's decode matmuls at one row (o, gate+up, down, q+k+v, lm_head) and eight.
+  bench_matmul(gpu, DType::BF16, 1, 4096, 4096, 50);
+  bench_matmul(gpu, DType::BF16, 1, 4096, 28672, 20);
+  bench_matmul(gpu, DType::BF16, 8, 4096, 28672, 20);
+  bench_matmul(gpu, DType::Q8_0, 1, 4096, 28672, 20);
+  bench_matmul(gpu, DType::BF16, 1, 14336, 4096, 20);
+  bench_matmul(gpu, DType::BF16, 1, 4096, 6144, 50);
+  bench_matmul(gpu, DType::BF16, 1, 4096, 128256, 10);
+  run_bench_moe(gpu);
+}
+
 void run_bench(Backend& gpu) {
   {
     const size_t bytes = size_t{2} << 30;
@@ -107,12 +119,7 @@ void run_bench(Backend& gpu) {
   bench_matmul(gpu, DType::BF16, 32, 4096, 14336, 20);
   bench_matmul(gpu, DType::BF16, 64, 4096, 4096, 20);
   bench_matmul(gpu, DType::BF16, 64, 4096, 1024, 20);
-  bench_matmul(gpu, DType::BF16, 1, 4096, 4096, 50);
-  bench_matmul(gpu, DType::BF16, 1, 4096, 28672, 20);
-  bench_matmul(gpu, DType::BF16, 8, 4096, 28672, 20);
-  bench_matmul(gpu, DType::Q8_0, 1, 4096, 28672, 20);
-  bench_matmul(gpu, DType::BF16, 1, 14336, 4096, 20);
-  run_bench_moe(gpu);
+  run_bench_few(gpu);
   // Attention, 32 heads over 8 kv heads of 128, f32 KV in pages of 16: decode rows at the end of
   // 4096 keys, and causal prefill of 512 and 4096 rows from position 0.
   bench_attention(gpu, 1, 4096, true, 50);

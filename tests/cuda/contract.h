@@ -105,5 +105,6 @@ SampleFn control_sample_without_penalties();
 // Timings for the report: copy bandwidth, big bf16 matmul, batch-1 matmuls.
 void run_bench(Backend& gpu);
 void run_bench_moe(Backend& gpu);  // the MoE layer timings of run_bench alone
+void run_bench_few(Backend& gpu);  // run_bench's decode (few-row) matmuls and MoE layers alone
 
 }  // namespace tf::contract

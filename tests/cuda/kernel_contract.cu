@@ -1,6 +1,6 @@
 // tf_kernel_contract: every CUDA kernel against the cpu backend, its batch invariance, and
 // planted faults that the same gates must catch. Exits 0 with a message when there is no GPU.
-//   tf_kernel_contract [--bench | --bench-moe] [--filter SUBSTRING]
+//   tf_kernel_contract [--bench | --bench-few | --bench-moe] [--filter SUBSTRING]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -375,14 +375,16 @@ std::vector<Case> controls() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool bench = false, bench_moe = false;
+  bool bench = false, bench_few = false, bench_moe = false;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a run cut short by a timeout
   std::string filter;  // --filter S: only the kernel cases whose names contain S, no controls
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
     else if (std::strcmp(argv[i], "--bench-moe") == 0) bench_moe = true;
+    else if (std::strcmp(argv[i], "--bench-few") == 0) bench_few = true;
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else {
-      std::printf("usage: tf_kernel_contract [--bench | --bench-moe] [--filter SUBSTRING]\n");
+      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe] [--filter SUBSTRING]\n");
       return 2;
     }
   }
@@ -417,6 +419,7 @@ int main(int argc, char** argv) {
     std::printf("SUMMARY: kernels passed %d/%zu, controls caught %d/%zu\n", passed, ks.size(),
                 caught, cs.size());
     if (bench) run_bench(*gpu);
+    else if (bench_few) run_bench_few(*gpu);
     else if (bench_moe) run_bench_moe(*gpu);
     return passed == static_cast<int>(ks.size()) && caught == static_cast<int>(cs.size()) ? 0 : 1;
   } catch (const std::exception& e) {

@@ -67,7 +67,7 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 // kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
 // Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
 // would spill at that cap.
-template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1>
+template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false>
 __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 ? 1 : 4)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
@@ -177,6 +177,21 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     }
   }
   if (!kGroup) grid_wait();
+  // kPreX (up to 8 rows): the next step's x (and an MoE item's second input) is loaded into
+  // registers before this step computes, so the split never waits on a load.
+  static_assert(!kPreX || !kHigh, "x is preloaded for up to 8 rows only");
+  constexpr bool kPre2 = kPreX && kGroup;
+  float xv[kPreX ? kItems : 1][8], xv2[kPre2 ? kItems : 1][8];
+  auto load_xv = [&](int64_t kc) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (xrow[j] < 0) continue;
+      const int64_t k = kc + 8 * ((threadIdx.x + j * kSkinnyWarps * 32) % G);
+      load_x8(xv[kPreX ? j : 0], x + xrow[j] * K, true, K, k, vec_x);
+      if (kPre2 && gr.act >= 0 && gr.x2) load_x8(xv2[kPre2 ? j : 0], gr.x2 + xrow[j] * K, true, K, k, vec_x);
+    }
+  };
+  if (kPreX && kbeg < kend) load_xv(kbeg);
   for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
     // The step's x as operand words, each live (row, k8 group) split by one thread.
 #pragma unroll
@@ -185,10 +200,20 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       const int i = threadIdx.x + j * kSkinnyWarps * 32, r = i / G, q = i % G;
       uint32_t hi[4], lo[4];
       float v[8];
-      load_x8(v, x + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+      if (kPreX) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = xv[kPreX ? j : 0][e];
+      } else {
+        load_x8(v, x + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+      }
       if (kGroup && gr.act >= 0) {
         float u8[8];
-        if (gr.x2) load_x8(u8, gr.x2 + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+        if (kPre2) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) u8[e] = xv2[kPre2 ? j : 0][e];
+        } else if (gr.x2) {
+          load_x8(u8, gr.x2 + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+        }
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
       }
@@ -196,6 +221,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
+    if (kPreX && kc + 32 * U < kend) load_xv(kc + 32 * U);
     __syncthreads();
     uint32_t cw[U][TN][4];
     float cs[U][TN][2];
@@ -310,6 +336,23 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, BN, bias, y, rowmap, P);
 }
 
+// Whether launches of up to 8 rows preload each next step's x (TF_CUDA_SKINNY_PREX=0: never, for
+// side-by-side timing; same arithmetic and order, so the same bits).
+bool skinny_prex() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_SKINNY_PREX");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
+// Calls f with std::bool_constant<kPreX>: true when `fits` (up to 8 rows an item) and skinny_prex().
+template <class F>
+void with_prex(bool fits, F f) {
+  if (fits && skinny_prex()) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 // Column tiles of 8 a warp of the few-row kernel owns: two once one-tile blocks would pass one
 // wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2 forces it
 // (side-by-side timing). The chains, and so the bits, are the same.
@@ -341,10 +384,13 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
       sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
       sp.counters = be.matmul_counters(grid.x);
     }
-    auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN>
-                           : skinny_matmul<WT, false, false, false, TN>;
-    launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales, bias,
-                  y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+    with_prex(x.rows <= 8, [&](auto prex) {
+      constexpr bool P = decltype(prex)::value;
+      auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false>
+                             : skinny_matmul<WT, false, false, false, TN, P>;
+      launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales, bias,
+                    y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+    });
   });
 }
 
@@ -377,10 +423,13 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
                    [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
     const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
-    auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN>
-                           : skinny_matmul<WT, false, false, true, TN>;
-    launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
-                  nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+    with_prex(x.rows <= 8, [&](auto prex) {
+      constexpr bool P = decltype(prex)::value;
+      auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN, false>
+                             : skinny_matmul<WT, false, false, true, TN, P>;
+      launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
+                    nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+    });
   });
 }
 
@@ -404,10 +453,14 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
     }
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     // Items of at most 8 rows take the 8-row tile, as a plain matmul of that many rows does.
-    auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN>
-                                : skinny_matmul<WT, false, true, false, TN>;
-    launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y, N,
-                  vec_x, vec_w, sp, gr, MultiArgs{});
+    // The one-tile grouped form spills at its register cap with the preload, so it goes without.
+    with_prex(gr.rows_max <= 8 && TN == 2, [&](auto prex) {
+      constexpr bool P = decltype(prex)::value;
+      auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false>
+                                  : skinny_matmul<WT, false, true, false, TN, P && TN == 2>;
+      launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y, N,
+                    vec_x, vec_w, sp, gr, MultiArgs{});
+    });
   });
 }
 
