@@ -127,6 +127,7 @@ bool CudaBackend::graph_begin(int rows, uint64_t key) {
   }
   if (G.want > G.cap) {
     // A new arena moves every array a graph's kernels read; the patched arguments follow it.
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream()), "graph arena");
     for (int i = 0; i < 2; ++i) {
       if (G.sent[i]) TF_CUDA_CHECK(cudaEventSynchronize(G.sent[i]), "graph arena");
       if (G.host[i]) cudaFreeHost(G.host[i]);
