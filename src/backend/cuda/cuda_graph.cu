@@ -1,10 +1,10 @@
 // Graph replay of a round's launches. A key's first round runs directly; its second is captured
 // into a graph; later ones run the model's code with launches recorded, not issued (a dry run),
-// and launch the graph when the record has the graph's kernels, shapes and overlap attributes in
-// the graph's order. Arguments that differ are patched into the graph's nodes first, so a replay
-// always runs with the arguments the dry run computed. Per-round arrays (meta) go into a fixed
-// arena sent in one copy before the launch. Anything else (a different record, an allocation, a
-// copy to or from the host) runs the round again directly.
+// and launch the graph when the record has the graph's kernels, blocks and overlap attributes in
+// the graph's order. Grids, shared memory and arguments that differ are patched into the graph's
+// nodes first, so a replay always runs what the dry run computed. Per-round arrays (meta) go into
+// a fixed arena sent in one copy before the launch. Anything else (other launches, an allocation,
+// a copy to or from the host) runs the round again directly.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -23,13 +23,13 @@ constexpr size_t kMaxGraphs = 64;  // the least recently used graph goes past th
 
 bool same_shape(const dim3& a, const dim3& b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
 
-// Same kernels, shapes, attributes and argument sizes in the same order.
+// Same kernels, blocks, overlap attributes and argument sizes in the same order: the graph's
+// nodes and edges. Grids, shared memory and argument values are patched into the nodes.
 bool same_launches(const LaunchLog& a, const LaunchLog& b) {
   if (a.recs.size() != b.recs.size() || a.arg_size != b.arg_size) return false;
   for (size_t i = 0; i < a.recs.size(); ++i) {
     const LaunchRec &x = a.recs[i], &y = b.recs[i];
-    if (x.kernel != y.kernel || !same_shape(x.grid, y.grid) || !same_shape(x.block, y.block) ||
-        x.smem != y.smem || x.attrs != y.attrs || x.n_args != y.n_args)
+    if (x.kernel != y.kernel || !same_shape(x.block, y.block) || x.attrs != y.attrs || x.n_args != y.n_args)
       return false;
   }
   return true;
@@ -74,6 +74,11 @@ bool log_launch(LaunchLog& log, const void* kernel, const cudaLaunchConfig_t& cf
   }
   log.recs.push_back(r);
   return !log.dry;
+}
+
+void log_lost(LaunchLog& log) {
+  log.lost_node = true;
+  log.nodes.push_back(nullptr);
 }
 
 void log_captured(LaunchLog& log) {
@@ -231,7 +236,8 @@ bool CudaBackend::graph_end() {
   int64_t patched = 0;
   for (size_t i = 0; ok && i < G.log.recs.size(); ++i) {
     const LaunchRec& r = G.log.recs[i];
-    if (same_args(rg.log, G.log, r)) continue;
+    const LaunchRec& was = rg.log.recs[i];
+    if (same_shape(r.grid, was.grid) && r.smem == was.smem && same_args(rg.log, G.log, r)) continue;
     void* params[64];
     if (r.n_args > 64) {
       ok = false;
@@ -252,8 +258,11 @@ bool CudaBackend::graph_end() {
     // round unless its graph keeps missing.
     (void)cudaGetLastError();
     ++G.stats.misses;
+    // Misses close together (a graph replayed few times) mean the launches keep changing.
+    int& missed = G.missed[G.key];
+    missed = rg.replays < 16 ? missed + 1 : 1;
     G.drop(G.key);
-    if (++G.missed[G.key] >= 3) {
+    if (missed >= 3) {
       G.skip[G.key] = 64;
       G.missed.erase(G.key);
     } else {
@@ -261,9 +270,15 @@ bool CudaBackend::graph_end() {
     }
     return false;
   }
-  rg.log.bytes = G.log.bytes;  // the instance now holds this round's arguments
+  // The instance now holds this round's grids and arguments.
+  for (size_t i = 0; i < G.log.recs.size(); ++i) {
+    rg.log.recs[i].grid = G.log.recs[i].grid;
+    rg.log.recs[i].smem = G.log.recs[i].smem;
+  }
+  rg.log.bytes = G.log.bytes;
+  ++rg.replays;
+  G.refused.erase(G.key);
   rg.last_use = G.tick;
-  G.missed.erase(G.key);
   G.stats.updates += patched;
   ++G.stats.replays;
   send_and_launch(rg.exec);
@@ -280,7 +295,8 @@ void CudaBackend::graph_abort() {
     if (g) cudaGraphDestroy(g);
   }
   (void)cudaGetLastError();
-  if (G.mode == GraphState::Mode::Dry) G.drop(G.key);
+  // A dry run's graph stays: the direct round grows what was missing, and the next dry run
+  // patches the new addresses in.
   G.mode = GraphState::Mode::Off;
   ++G.stats.refusals;
   // A refusal from growth passes once the direct round has grown the buffers; one that repeats

@@ -38,6 +38,7 @@ struct RoundGraph {
   cudaGraphExec_t exec = nullptr;
   LaunchLog log;
   uint64_t last_use = 0;
+  int64_t replays = 0;  // since the capture
 };
 
 struct GraphState {

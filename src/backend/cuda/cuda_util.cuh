@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "base/dtype.h"
@@ -52,18 +53,26 @@ extern thread_local LaunchLog* tl_launch_log;
 // when it only had to be recorded (the round replays a graph).
 bool log_launch(LaunchLog& log, const void* kernel, const cudaLaunchConfig_t& cfg, void* const* args,
                 const size_t* sizes, int n);
-// After an issued launch of a captured round: notes the graph node it made.
+// After an issued launch of a captured round: notes the graph node it made, or that it made none.
 void log_captured(LaunchLog& log);
+void log_lost(LaunchLog& log);
+
+// Zeroes a struct argument's padding, so a graphed round compares its bytes with the graph's.
+template <class T>
+void clear_padding(T& v) {
+  if constexpr (std::is_class_v<T>) __builtin_clear_padding(&v);
+}
 
 template <class... P, size_t... I>
 void launch_logged(LaunchLog& log, void (*kernel)(P...), const cudaLaunchConfig_t& cfg,
                    std::tuple<P...>& vals, std::index_sequence<I...>) {
+  (clear_padding(std::get<I>(vals)), ...);
   void* ptrs[sizeof...(P) + 1] = {static_cast<void*>(&std::get<I>(vals))...};
   const size_t sizes[sizeof...(P) + 1] = {sizeof(P)...};
   if (!log_launch(log, reinterpret_cast<const void*>(kernel), cfg, ptrs, sizes, static_cast<int>(sizeof...(P))))
     return;
-  (void)cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(kernel), ptrs);
-  log_captured(log);
+  if (cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(kernel), ptrs) == cudaSuccess) log_captured(log);
+  else log_lost(log);
 }
 
 // Launches kernel on the backend's stream, overlapping the kernel before it when `overlap` and
