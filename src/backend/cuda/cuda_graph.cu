@@ -139,6 +139,7 @@ bool CudaBackend::graph_begin(int rows, uint64_t key) {
       G.host[i] = nullptr;
     }
     if (G.dev) cudaFree(G.dev);
+    blocks_.counter()->fetch_sub(G.cap);
     G.dev = nullptr, G.cap = 0;
     const uint64_t cap = std::max<uint64_t>(G.want, 1 << 20);
     TF_CUDA_CHECK(cudaMalloc(&G.dev, cap), "graph arena: allocating ", cap, " bytes");
@@ -148,6 +149,7 @@ bool CudaBackend::graph_begin(int rows, uint64_t key) {
       if (!G.sent[i]) TF_CUDA_CHECK(cudaEventCreateWithFlags(&G.sent[i], cudaEventDisableTiming), "graph arena");
     }
     G.cap = cap;
+    blocks_.counter()->fetch_add(cap);
   }
   // The staging buffer is reused once its last copy has gone out.
   G.cur ^= 1;
