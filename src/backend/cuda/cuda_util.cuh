@@ -57,16 +57,11 @@ bool log_launch(LaunchLog& log, const void* kernel, const cudaLaunchConfig_t& cf
 void log_captured(LaunchLog& log);
 void log_lost(LaunchLog& log);
 
-// Zeroes a struct argument's padding, so a graphed round compares its bytes with the graph's.
-template <class T>
-void clear_padding(T& v) {
-  if constexpr (std::is_class_v<T>) __builtin_clear_padding(&v);
-}
-
+// Struct arguments are logged with their padding bytes as they are: a difference there only patches
+// a node with the same values (GCC 12's __builtin_clear_padding clobbers members of some nested arrays).
 template <class... P, size_t... I>
 void launch_logged(LaunchLog& log, void (*kernel)(P...), const cudaLaunchConfig_t& cfg,
                    std::tuple<P...>& vals, std::index_sequence<I...>) {
-  (clear_padding(std::get<I>(vals)), ...);
   void* ptrs[sizeof...(P) + 1] = {static_cast<void*>(&std::get<I>(vals))...};
   const size_t sizes[sizeof...(P) + 1] = {sizeof(P)...};
   if (!log_launch(log, reinterpret_cast<const void*>(kernel), cfg, ptrs, sizes, static_cast<int>(sizeof...(P))))
