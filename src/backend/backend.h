@@ -143,6 +143,18 @@ struct MoeShared {
   const Tensor* gate = nullptr;  // [m x 1], optional
 };
 
+// Counts of a backend's replayed rounds (see Backend::graph_begin).
+struct GraphStats {
+  int64_t captures = 0;  // rounds recorded as a graph
+  int64_t replays = 0;   // rounds that ran as a recorded graph
+  int64_t misses = 0;    // rounds whose launches differed from their graph's, run again directly
+  int64_t refusals = 0;  // rounds that did what a graph cannot hold (a copy back, an allocation)
+  int64_t updates = 0;   // launches of replayed rounds whose arguments were patched into the graph
+};
+
+// Thrown by a backend inside a graphed round for work a graph cannot hold; graph_round catches it.
+struct GraphRefused {};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -152,6 +164,15 @@ class Backend {
   // returns the table since the last take (empty where the backend does not time its ops).
   virtual void set_profiling(bool) {}
   virtual std::string profile_take() { return {}; }
+  // Graph replay of a round's launches (CUDA with TF_CUDA_GRAPHS=1): graph_begin(rows, key) says
+  // whether the launches up to graph_end() are recorded or replayed for key instead of run one by
+  // one; graph_end() false means they were not run, and the caller runs them again directly. A
+  // GraphRefused thrown between them is answered with graph_abort() and a direct run. Launches
+  // only: nothing between them may read device results on the host.
+  virtual bool graph_begin(int /*rows*/, uint64_t /*key*/) { return false; }
+  virtual bool graph_end() { return true; }
+  virtual void graph_abort() {}
+  virtual GraphStats graph_stats() const { return {}; }
 
   // Memory. alloc returns zero-filled f32 storage owned by the backend.
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;

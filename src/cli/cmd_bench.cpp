@@ -155,8 +155,18 @@ int cmd_bench(int argc, char** argv) {
     }
     // A device backend also tells how much of the decode the host waited on it: near 0, the
     // host's launches set the pace.
-    char wait_field[48] = "";
-    if (s->backend->device_memory_total() > 0) std::snprintf(wait_field, sizeof wait_field, ", \"tg_device_wait\": %.3f", best.tg_wait);
+    char wait_field[256] = "";
+    if (s->backend->device_memory_total() > 0) {
+      // With graph replay on (TF_CUDA_GRAPHS=1), its counts since the backend was made.
+      const GraphStats g = s->backend->graph_stats();
+      int n = std::snprintf(wait_field, sizeof wait_field, ", \"tg_device_wait\": %.3f", best.tg_wait);
+      if (g.captures + g.refusals > 0)
+        std::snprintf(wait_field + n, sizeof wait_field - static_cast<size_t>(n),
+                      ", \"graph_captures\": %lld, \"graph_replays\": %lld, \"graph_misses\": %lld, "
+                      "\"graph_patched\": %lld",
+                      static_cast<long long>(g.captures), static_cast<long long>(g.replays),
+                      static_cast<long long>(g.misses), static_cast<long long>(g.updates));
+    }
     if (json)
       std::printf(
           "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, "

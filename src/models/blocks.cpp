@@ -267,9 +267,21 @@ void check_round(const RoundInput& in, int max_rows, int32_t vocab) {
   for (int32_t r : in.logit_rows) TF_CHECK(r >= 0 && r < m, "forward: logit row ", r, " outside the round of ", m);
 }
 
+bool head_in_round(const RoundInput& in, const Scratch& s) {
+  return !in.logit_rows.empty() && in.logit_rows.size() <= static_cast<size_t>(s.max_logit_rows);
+}
+
+void head_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
+                 const Weight& head, Scratch& s, int32_t vocab, size_t done, int n) {
+  Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, vocab};
+  b.gather_rows(x, in.logit_rows.data() + done, n, fr);
+  b.rmsnorm(fr, norm, eps, add_one, fr);
+  b.matmul(fr, head, nullptr, lg);
+}
+
 void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
                   const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
-                  std::vector<int32_t>& sampled) {
+                  std::vector<int32_t>& sampled, bool head_done) {
   const size_t n_logits = in.logit_rows.size();
   TF_CHECK(in.logit_full.empty() || in.logit_full.size() == n_logits, "forward: ", in.logit_full.size(),
            " logit_full flags for ", n_logits, " logit rows");
@@ -284,10 +296,8 @@ void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weigh
   size_t next_spec = 0;
   for (size_t done = 0; done < n_logits;) {
     const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s.max_logit_rows)));
-    Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, vocab};
-    b.gather_rows(x, in.logit_rows.data() + done, n, fr);
-    b.rmsnorm(fr, norm, eps, add_one, fr);
-    b.matmul(fr, head, nullptr, lg);
+    Tensor lg{s.logits.data, n, vocab};
+    if (!(head_done && done == 0)) head_logits(b, x, in, norm, eps, add_one, head, s, vocab, done, n);
     // The draws of these rows, on the backend; only rows the host reads travel, in runs.
     specs.clear();
     const size_t first_spec = next_spec;
@@ -308,6 +318,23 @@ void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weigh
     }
     done += static_cast<size_t>(n);
   }
+}
+
+void graph_round(Backend& b, int rows, uint64_t key, const std::function<void()>& body) {
+  if (!b.graph_begin(rows, key)) {
+    body();
+    return;
+  }
+  // Nothing ran on the device unless graph_end says so; any failure before that (a GraphRefused,
+  // or an error the direct run will raise again) runs the round directly.
+  bool ran = false;
+  try {
+    body();
+    ran = b.graph_end();
+  } catch (...) {
+    b.graph_abort();
+  }
+  if (!ran) body();
 }
 
 void alloc_moe_scratch(Backend& b, Scratch& s, int64_t rows, int64_t hidden, int64_t experts, int64_t inter,

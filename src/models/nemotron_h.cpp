@@ -307,22 +307,28 @@ void NemotronHModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
            " attention layers");
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
-  b_.embed(*embed_, in.tokens.data(), m, x);
-  static const RopeParams kNoRope{};
-  // Each residual add runs with the norm after it (the next layer's).
-  if (!layers_.empty()) b_.rmsnorm(x, *layers_[0].norm, eps, false, h);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    switch (L.kind) {
-      case Kind::Mamba: mamba2_forward(b_, *L.mamba, h, o, ms_, in.layout, in.states, L.state_off); break;
-      case Kind::Attention: attention_forward(b_, L.attn, kNoRope, h, o, s_, kv, L.kv_layer, in.layout); break;
-      case Kind::Mlp: mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act); break;
-      case Kind::Moe: moe_forward(b_, *L.moe, h, o, s_); break;
+  const bool head = head_in_round(in, s_);
+  graph_round(b_, m, (static_cast<uint64_t>(m) << 32) | in.logit_rows.size(), [&] {
+    b_.embed(*embed_, in.tokens.data(), m, x);
+    static const RopeParams kNoRope{};
+    // Each residual add runs with the norm after it (the next layer's).
+    if (!layers_.empty()) b_.rmsnorm(x, *layers_[0].norm, eps, false, h);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& L = layers_[l];
+      switch (L.kind) {
+        case Kind::Mamba: mamba2_forward(b_, *L.mamba, h, o, ms_, in.layout, in.states, L.state_off); break;
+        case Kind::Attention: attention_forward(b_, L.attn, kNoRope, h, o, s_, kv, L.kv_layer, in.layout); break;
+        case Kind::Mlp: mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act); break;
+        case Kind::Moe: moe_forward(b_, *L.moe, h, o, s_); break;
+      }
+      if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].norm, eps, false, h);
+      else b_.add(x, o);
     }
-    if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].norm, eps, false, h);
-    else b_.add(x, o);
-  }
-  final_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled);
+    if (head)
+      head_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), 0,
+                  static_cast<int>(in.logit_rows.size()));
+  });
+  final_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled, head);
 }
 
 }  // namespace

@@ -209,20 +209,26 @@ void Qwen3NextModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
            in.states.empty() ? 0 : in.states.slot_floats, ")");
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
-  b_.embed(*embed_, in.tokens.data(), m, x);
-  // Each residual add runs with the norm after it (the next layer's input norm).
-  if (!layers_.empty()) b_.rmsnorm(x, *layers_[0].input_norm, eps, true, h);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const HybridLayer& L = layers_[l];
-    if (L.delta) deltanet_forward(b_, *L.delta, h, o, ds_, in.layout, in.states);
-    else gated_attention_forward(b_, *L.attn, rope_, h, o, as_, kv, in.layout);
-    b_.add_rmsnorm(x, o, *L.post_attn_norm, eps, true, h);
-    if (L.moe) moe_forward(b_, *L.moe, h, o, s_);
-    else mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act);
-    if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].input_norm, eps, true, h);
-    else b_.add(x, o);
-  }
-  final_logits(b_, x, in, *final_norm_, eps, true, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled);
+  const bool head = head_in_round(in, s_);
+  graph_round(b_, m, (static_cast<uint64_t>(m) << 32) | in.logit_rows.size(), [&] {
+    b_.embed(*embed_, in.tokens.data(), m, x);
+    // Each residual add runs with the norm after it (the next layer's input norm).
+    if (!layers_.empty()) b_.rmsnorm(x, *layers_[0].input_norm, eps, true, h);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const HybridLayer& L = layers_[l];
+      if (L.delta) deltanet_forward(b_, *L.delta, h, o, ds_, in.layout, in.states);
+      else gated_attention_forward(b_, *L.attn, rope_, h, o, as_, kv, in.layout);
+      b_.add_rmsnorm(x, o, *L.post_attn_norm, eps, true, h);
+      if (L.moe) moe_forward(b_, *L.moe, h, o, s_);
+      else mlp_forward(b_, *L.mlp, h, o, s_.gate, s_.up, s_.act);
+      if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].input_norm, eps, true, h);
+      else b_.add(x, o);
+    }
+    if (head)
+      head_logits(b_, x, in, *final_norm_, eps, true, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), 0,
+                  static_cast<int>(in.logit_rows.size()));
+  });
+  final_logits(b_, x, in, *final_norm_, eps, true, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled, head);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_factory.h"
+#include "backend/cuda/cuda_graph.cuh"
 #include "backend/cuda/cuda_profile.cuh"
 #include "backend/cuda/cuda_util.cuh"
 
@@ -136,11 +137,15 @@ CudaBackend::CudaBackend(int device)
   TF_CHECK(prop.major >= 8, "cuda backend: device ", device, " (", prop.name, ") has compute ",
            prop.major, ".", prop.minor, "; bf16 tensor cores need 8.0 or newer");
   name_ = cat("cuda-", prop.name);
+  graph_ = std::make_unique<GraphState>();
+  const char* graphs = std::getenv("TF_CUDA_GRAPHS");
+  graph_->on = graphs && std::string(graphs) == "1";
   const char* env = std::getenv("TF_CUDA_PROFILE");
   if (env && *env && std::string(env) != "0") set_profiling(true);
 }
 
 CudaBackend::~CudaBackend() {
+  graph_.reset();
   blocks_.release_all([](float* p) { cudaFree(p); });
   cudaFree(scratch_);
   cudaFreeHost(meta_host_);
@@ -167,6 +172,7 @@ void CudaBackend::free(Tensor& t) {
 }
 
 void CudaBackend::to_host(const Tensor& src, float* dst) {
+  graph_refuse();
   const ProfScope prof(*this, "to_host", nullptr, src.rows);
   check_tensor(src, "to_host", "src");
   if (src.rows * src.cols == 0) return;
@@ -186,12 +192,14 @@ void CudaBackend::from_host(const float* src, Tensor dst) {
 }
 
 void CudaBackend::upload_bytes(void* dst, const void* src, uint64_t n) {
+  graph_refuse();
   if (n == 0) return;
   const WaitScope wait(*this);
   TF_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "upload of ", n, " bytes");
 }
 
 const void* CudaBackend::meta(const void* src, uint64_t n) {
+  if (graph_->mode != GraphState::Mode::Off) return graph_meta(src, n);
   const uint64_t len = (std::max<uint64_t>(n, 1) + 15) / 16 * 16;
   for (auto it = meta_recent_.rbegin(); it != meta_recent_.rend(); ++it)
     if (it->n == n && std::memcmp(meta_host_ + it->off, src, n) == 0) return meta_dev_ + it->off;
@@ -232,6 +240,7 @@ const void* CudaBackend::meta(const void* src, uint64_t n) {
 
 float* CudaBackend::matmul_partials(uint64_t n) {
   if (n <= partials_n_) return partials_;
+  graph_refuse();
   const uint64_t want = std::max<uint64_t>(n, partials_n_ * 2);
   float* p = static_cast<float*>(device_zeroed(want * 4, "matmul partials"));
   cudaFree(partials_);
@@ -243,6 +252,7 @@ float* CudaBackend::matmul_partials(uint64_t n) {
 
 unsigned* CudaBackend::matmul_counters(uint64_t n) {
   if (n <= counters_n_) return counters_;
+  graph_refuse();
   const uint64_t want = std::max<uint64_t>(n, std::max<uint64_t>(counters_n_ * 2, 4096));
   auto* p = static_cast<unsigned*>(device_zeroed(want * 4, "matmul counters"));
   cudaFree(counters_);
@@ -254,6 +264,7 @@ unsigned* CudaBackend::matmul_counters(uint64_t n) {
 
 uint8_t* CudaBackend::scratch(uint64_t n) {
   if (n <= scratch_bytes_) return scratch_;
+  graph_refuse();
   const uint64_t want = std::max<uint64_t>(n, std::max<uint64_t>(scratch_bytes_ * 2, 1 << 16));
   uint8_t* p = static_cast<uint8_t*>(device_zeroed(want, "scratch"));
   if (scratch_) {
@@ -352,6 +363,7 @@ void CudaBackend::unpin_host(void* p) {
 
 // Host layout as the cpu backend: per layer, the page's K rows then its V rows.
 void CudaBackend::kv_page_to_host(const KvStorage& kvs, int page, float* dst) {
+  graph_refuse();
   const CudaKv& kv = as_cuda_kv(kvs, "kv_page_to_host");
   TF_CHECK(page >= 0 && page < kv.pages && dst != nullptr, "kv_page_to_host: bad page ", page,
            " of ", kv.pages, " or null destination");
@@ -367,6 +379,7 @@ void CudaBackend::kv_page_to_host(const KvStorage& kvs, int page, float* dst) {
 }
 
 void CudaBackend::kv_page_from_host(KvStorage& kvs, int page, const float* src) {
+  graph_refuse();
   const CudaKv& kv = as_cuda_kv(kvs, "kv_page_from_host");
   TF_CHECK(page >= 0 && page < kv.pages && src != nullptr, "kv_page_from_host: bad page ", page,
            " of ", kv.pages, " or null source");

@@ -14,6 +14,7 @@
 namespace tf::cuda {
 
 struct OpProfile;
+struct GraphState;
 
 // A weight in device memory, kept in its stored type. Q8_0 is repacked on upload into
 // int8 values [rows x cols] plus one f32 scale per block of 32 ([rows x cols / 32]).
@@ -179,6 +180,13 @@ class CudaBackend : public Backend {
 
   void set_profiling(bool on) override;
   std::string profile_take() override;
+  bool graph_begin(int rows, uint64_t key) override;
+  bool graph_end() override;
+  void graph_abort() override;
+  GraphStats graph_stats() const override;
+  // Throws GraphRefused while a round is recorded or replayed as a graph: for work a graph cannot
+  // hold (an allocation, a copy to or from the host, a synchronization).
+  void graph_refuse() const;
   // Times one op between events on the stream when profiling is on; a no-op otherwise.
   class ProfScope {
    public:
@@ -229,6 +237,9 @@ class CudaBackend : public Backend {
   unsigned* counters_ = nullptr;
   uint64_t counters_n_ = 0;
   std::unique_ptr<OpProfile> prof_;
+  std::unique_ptr<GraphState> graph_;
+  // meta() while a round is recorded or replayed: the round's arrays in the fixed graph arena.
+  const void* graph_meta(const void* src, uint64_t n);
   std::atomic<int64_t> wait_ns_{0};
   struct Buffer {
     void* p = nullptr;

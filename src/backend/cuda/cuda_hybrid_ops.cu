@@ -134,6 +134,7 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor dst) {
+  graph_refuse();
   const ProfScope prof(*this, "copy", nullptr, src.rows);
   check_copy(src, dst);
   const uint64_t bytes = static_cast<uint64_t>(src.rows * src.cols) * sizeof(float);
@@ -148,6 +149,7 @@ void CudaBackend::copy(const Tensor& src, Tensor dst) {
 void CudaBackend::topk_sigmoid_grouped(const Tensor& logits, const Weight* bias, int n_group,
                                        int topk_group, int k, bool norm, float scale,
                                        int32_t* idx_out, float* w_out) {
+  graph_refuse();
   const ProfScope prof(*this, "topk_sigmoid_grouped", nullptr, logits.rows);
   const char* op = "topk_sigmoid_grouped";
   check_tensor(logits, op, "logits");

@@ -341,6 +341,7 @@ void* CudaBackend::buffer(int slot, uint64_t n) {
   if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(static_cast<size_t>(slot) + 1);
   Buffer& b = buffers_[static_cast<size_t>(slot)];
   if (n <= b.n) return b.p;
+  graph_refuse();
   const uint64_t want = std::max<uint64_t>(n, b.n * 2);
   void* p = nullptr;
   TF_CUDA_CHECK(cudaMalloc(&p, want), "buffer: allocating ", want, " bytes");
@@ -358,6 +359,7 @@ const ExpertPtr* CudaBackend::expert_ptrs(const MoeExperts& ex) {
   const size_t E = ex.up.size();
   auto it = expert_ptrs_.find(ex.up[0]);
   if (it != expert_ptrs_.end() && it->second.tag == tag && it->second.experts == E) return it->second.table;
+  graph_refuse();
   if (it != expert_ptrs_.end()) {
     cudaFree(it->second.table);
     blocks_.counter()->fetch_sub(it->second.bytes);

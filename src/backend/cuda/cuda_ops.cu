@@ -401,6 +401,7 @@ void CudaBackend::scale(Tensor x, float s) {
 
 void CudaBackend::topk_softmax(const Tensor& logits, int k, bool norm, int32_t* idx_out,
                                float* w_out) {
+  graph_refuse();
   const ProfScope prof(*this, "topk_softmax", nullptr, logits.rows);
   check_tensor(logits, "topk_softmax", "logits");
   TF_CHECK(k >= 1 && k <= logits.cols, "topk_softmax: k ", k, " for logits [", logits.rows, " x ",

@@ -222,6 +222,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs,
                               const std::vector<PenaltyToken>& pens, int32_t* ids) {
+  graph_refuse();
   const ProfScope prof(*this, "sample_rows", nullptr, static_cast<int64_t>(specs.size()));
   check_tensor(logits, "sample_rows", "logits");
   if (specs.empty()) return;

@@ -4,7 +4,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "base/dtype.h"
@@ -43,6 +46,30 @@ __device__ __forceinline__ void grid_launch_next() {
 #endif
 }
 
+// A graphed round's record of its launches (cuda_graph.cu), set while one is recorded or replayed.
+struct LaunchLog;
+extern thread_local LaunchLog* tl_launch_log;
+// Records a launch in log; true when it must still be issued (the round is being captured), false
+// when it only had to be recorded (the round replays a graph).
+bool log_launch(LaunchLog& log, const void* kernel, const cudaLaunchConfig_t& cfg, void* const* args,
+                const size_t* sizes, int n);
+// After an issued launch of a captured round: notes the graph node it made, or that it made none.
+void log_captured(LaunchLog& log);
+void log_lost(LaunchLog& log);
+
+// Struct arguments are logged with their padding bytes as they are: a difference there only patches
+// a node with the same values (GCC 12's __builtin_clear_padding clobbers members of some nested arrays).
+template <class... P, size_t... I>
+void launch_logged(LaunchLog& log, void (*kernel)(P...), const cudaLaunchConfig_t& cfg,
+                   std::tuple<P...>& vals, std::index_sequence<I...>) {
+  void* ptrs[sizeof...(P) + 1] = {static_cast<void*>(&std::get<I>(vals))...};
+  const size_t sizes[sizeof...(P) + 1] = {sizeof(P)...};
+  if (!log_launch(log, reinterpret_cast<const void*>(kernel), cfg, ptrs, sizes, static_cast<int>(sizeof...(P))))
+    return;
+  if (cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(kernel), ptrs) == cudaSuccess) log_captured(log);
+  else log_lost(log);
+}
+
 // Launches kernel on the backend's stream, overlapping the kernel before it when `overlap` and
 // pdl_on(); errors surface through check_launch like a <<<>>> launch's.
 template <class... P, class... A>
@@ -58,6 +85,11 @@ void launch_on_stream(bool overlap, void (*kernel)(P...), dim3 grid, dim3 block,
   cfg.stream = stream();
   cfg.attrs = attr;
   cfg.numAttrs = overlap && pdl_on() ? 1 : 0;
+  if (tl_launch_log) {
+    std::tuple<P...> vals{static_cast<P>(args)...};
+    launch_logged(*tl_launch_log, kernel, cfg, vals, std::index_sequence_for<P...>{});
+    return;
+  }
   (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
 }
 
