@@ -337,6 +337,15 @@ void graph_round(Backend& b, int rows, uint64_t key, const std::function<void()>
   if (!ran) body();
 }
 
+void graph_round(Backend& b, const RoundInput& in, const std::function<void()>& body) {
+  const size_t m = in.tokens.size();
+  if (m == 0 || in.logit_rows.size() != m) {
+    body();
+    return;
+  }
+  graph_round(b, static_cast<int>(m), m, body);
+}
+
 void alloc_moe_scratch(Backend& b, Scratch& s, int64_t rows, int64_t hidden, int64_t experts, int64_t inter,
                        bool gated, bool shared_gate) {
   s.router = b.alloc(rows, experts);

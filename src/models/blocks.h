@@ -118,5 +118,8 @@ void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weigh
 // Runs body, a round's launches, as the backend's replayed graph for key where it keeps one
 // (Backend::graph_begin), else directly; a refused or missed replay runs body again directly.
 void graph_round(Backend& b, int rows, uint64_t key, const std::function<void()>& body);
+// A model's round through graph_round when it is a decode round (a logit row for every row; its
+// shape recurs every step), keyed by its rows; a round with prompt chunks runs directly.
+void graph_round(Backend& b, const RoundInput& in, const std::function<void()>& body);
 
 }  // namespace tf

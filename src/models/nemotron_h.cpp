@@ -308,7 +308,7 @@ void NemotronHModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
   const bool head = head_in_round(in, s_);
-  graph_round(b_, m, (static_cast<uint64_t>(m) << 32) | in.logit_rows.size(), [&] {
+  graph_round(b_, in, [&] {
     b_.embed(*embed_, in.tokens.data(), m, x);
     static const RopeParams kNoRope{};
     // Each residual add runs with the norm after it (the next layer's).

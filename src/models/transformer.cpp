@@ -68,7 +68,7 @@ void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
   const bool head = head_in_round(in, s_);
-  graph_round(b_, m, (static_cast<uint64_t>(m) << 32) | in.logit_rows.size(), [&] {
+  graph_round(b_, in, [&] {
     b_.embed(*embed, in.tokens.data(), m, x);
     // Each residual add runs with the norm after it (the next layer's input norm).
     if (!layers.empty()) b_.rmsnorm(x, *layers[0].input_norm, eps, false, h);

@@ -109,6 +109,20 @@ TEST(GraphRound, AnErrorIsRaisedByTheDirectRun) {
   EXPECT_EQ(runs, 2);
 }
 
+TEST(GraphRound, OnlyDecodeRoundsAskForAGraph) {
+  ScriptedGraphs b(Script::Replay);
+  RoundInput in;
+  in.tokens = {5, 6, 7};
+  int runs = 0;
+  in.logit_rows = {2};  // a prompt chunk's last row
+  graph_round(b, in, [&] { ++runs; });
+  EXPECT_EQ(b.begins, 0);
+  in.logit_rows = {0, 1, 2};  // three lanes decoding
+  graph_round(b, in, [&] { ++runs; });
+  EXPECT_EQ(b.begins, 1);
+  EXPECT_EQ(runs, 2);
+}
+
 // A model's round body run twice (a miss), or cut short and run again (a refusal), gives the
 // bits of one direct run: the body starts from the embedding and writes every buffer it reads.
 class GraphRoundModels : public ::testing::TestWithParam<std::string> {};
