@@ -78,6 +78,13 @@ void bench_attention(Backend& gpu, int m, int L, bool decode, int iters) {
   gpu.free(o);
 }
 
+// One matmul timing: its weight type, rows, K, N and timed runs.
+struct MatmulShape {
+  DType dt;
+  int64_t M, K, N;
+  int iters;
+};
+
 }  // namespace
 
 void run_bench_moe(Backend& gpu) {
@@ -86,13 +93,11 @@ void run_bench_moe(Backend& gpu) {
 
 void run_bench_few(Backend& gpu) {
   // Llama-3.1-8B's decode matmuls at one row (o, gate+up, down, q+k+v, lm_head) and eight.
-  bench_matmul(gpu, DType::BF16, 1, 4096, 4096, 50);
-  bench_matmul(gpu, DType::BF16, 1, 4096, 28672, 20);
-  bench_matmul(gpu, DType::BF16, 8, 4096, 28672, 20);
-  bench_matmul(gpu, DType::Q8_0, 1, 4096, 28672, 20);
-  bench_matmul(gpu, DType::BF16, 1, 14336, 4096, 20);
-  bench_matmul(gpu, DType::BF16, 1, 4096, 6144, 50);
-  bench_matmul(gpu, DType::BF16, 1, 4096, 128256, 10);
+  static const MatmulShape kFew[] = {
+      {DType::BF16, 1, 4096, 4096, 50},  {DType::BF16, 1, 4096, 28672, 20}, {DType::BF16, 8, 4096, 28672, 20},
+      {DType::Q8_0, 1, 4096, 28672, 20}, {DType::BF16, 1, 14336, 4096, 20}, {DType::BF16, 1, 4096, 6144, 50},
+      {DType::BF16, 1, 4096, 128256, 10}};
+  for (const MatmulShape& s : kFew) bench_matmul(gpu, s.dt, s.M, s.K, s.N, s.iters);
   run_bench_moe(gpu);
 }
 
@@ -109,16 +114,13 @@ void run_bench(Backend& gpu) {
     cudaFree(a);
     cudaFree(b);
   }
-  bench_matmul(gpu, DType::BF16, 4096, 4096, 4096, 10);
-  bench_matmul(gpu, DType::BF16, 512, 4096, 4096, 10);
-  bench_matmul(gpu, DType::BF16, 512, 4096, 14336, 10);
-  bench_matmul(gpu, DType::BF16, 512, 14336, 4096, 10);
-  bench_matmul(gpu, DType::BF16, 512, 4096, 1024, 10);
-  bench_matmul(gpu, DType::BF16, 64, 4096, 14336, 20);
-  bench_matmul(gpu, DType::BF16, 64, 14336, 4096, 20);
-  bench_matmul(gpu, DType::BF16, 32, 4096, 14336, 20);
-  bench_matmul(gpu, DType::BF16, 64, 4096, 4096, 20);
-  bench_matmul(gpu, DType::BF16, 64, 4096, 1024, 20);
+  // Prefill and wide decode rounds at Llama-3.1-8B's shapes.
+  static const MatmulShape kMany[] = {
+      {DType::BF16, 4096, 4096, 4096, 10}, {DType::BF16, 512, 4096, 4096, 10}, {DType::BF16, 512, 4096, 14336, 10},
+      {DType::BF16, 512, 14336, 4096, 10}, {DType::BF16, 512, 4096, 1024, 10}, {DType::BF16, 64, 4096, 14336, 20},
+      {DType::BF16, 64, 14336, 4096, 20},  {DType::BF16, 32, 4096, 14336, 20}, {DType::BF16, 64, 4096, 4096, 20},
+      {DType::BF16, 64, 4096, 1024, 20}};
+  for (const MatmulShape& s : kMany) bench_matmul(gpu, s.dt, s.M, s.K, s.N, s.iters);
   run_bench_few(gpu);
   // Attention, 32 heads over 8 kv heads of 128, f32 KV in pages of 16: decode rows at the end of
   // 4096 keys, and causal prefill of 512 and 4096 rows from position 0.
