@@ -157,6 +157,7 @@ CudaBackend::~CudaBackend() {
 }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
+  graph_refuse();
   const uint64_t bytes = BlockTable::tensor_bytes(rows, cols);
   if (bytes == 0) return Tensor{nullptr, rows, cols};
   float* p = static_cast<float*>(device_zeroed(bytes, "alloc"));
@@ -166,6 +167,7 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
 
 void CudaBackend::free(Tensor& t) {
   if (t.data == nullptr) return;
+  graph_refuse();
   blocks_.remove(t);
   cudaFree(t.data);
   t = Tensor{};

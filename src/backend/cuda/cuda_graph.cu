@@ -6,6 +6,7 @@
 // a fixed arena sent in one copy before the launch. Anything else (other launches, an allocation,
 // a copy to or from the host) runs the round again directly.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -116,6 +117,43 @@ void GraphState::drop(uint64_t k) {
   graphs.erase(it);
 }
 
+namespace {
+
+// Replaces the arena with one of G.want bytes (at least 1 MiB); false, with the old one kept, when
+// the memory is not there.
+bool grow_arena(GraphState& G, std::atomic<uint64_t>& counter) {
+  // A new arena moves every array a graph's kernels read; the patched arguments follow it.
+  TF_CUDA_CHECK(cudaStreamSynchronize(stream()), "graph arena");
+  for (int i = 0; i < 2; ++i)
+    if (G.sent[i]) TF_CUDA_CHECK(cudaEventSynchronize(G.sent[i]), "graph arena");
+  const uint64_t cap = std::max<uint64_t>(G.want, 1 << 20);
+  uint8_t* dev = nullptr;
+  uint8_t* host[2] = {nullptr, nullptr};
+  bool ok = cudaMalloc(&dev, cap) == cudaSuccess;
+  for (int i = 0; ok && i < 2; ++i) {
+    ok = cudaHostAlloc(reinterpret_cast<void**>(&host[i]), cap, cudaHostAllocDefault) == cudaSuccess;
+    if (ok && !G.sent[i]) ok = cudaEventCreateWithFlags(&G.sent[i], cudaEventDisableTiming) == cudaSuccess;
+  }
+  if (!ok) {
+    (void)cudaGetLastError();
+    for (uint8_t* h : host)
+      if (h) cudaFreeHost(h);
+    if (dev) cudaFree(dev);
+    return false;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (G.host[i]) cudaFreeHost(G.host[i]);
+    G.host[i] = host[i];
+  }
+  if (G.dev) cudaFree(G.dev);
+  counter.fetch_sub(G.cap);
+  counter.fetch_add(cap);
+  G.dev = dev, G.cap = cap;
+  return true;
+}
+
+}  // namespace
+
 void CudaBackend::graph_refuse() const {
   if (graph_ && graph_->mode != GraphState::Mode::Off) throw GraphRefused{};
 }
@@ -130,27 +168,9 @@ bool CudaBackend::graph_begin(int rows, uint64_t key) {
     --s->second;
     return false;
   }
-  if (G.want > G.cap) {
-    // A new arena moves every array a graph's kernels read; the patched arguments follow it.
-    TF_CUDA_CHECK(cudaStreamSynchronize(stream()), "graph arena");
-    for (int i = 0; i < 2; ++i) {
-      if (G.sent[i]) TF_CUDA_CHECK(cudaEventSynchronize(G.sent[i]), "graph arena");
-      if (G.host[i]) cudaFreeHost(G.host[i]);
-      G.host[i] = nullptr;
-    }
-    if (G.dev) cudaFree(G.dev);
-    blocks_.counter()->fetch_sub(G.cap);
-    G.dev = nullptr, G.cap = 0;
-    const uint64_t cap = std::max<uint64_t>(G.want, 1 << 20);
-    TF_CUDA_CHECK(cudaMalloc(&G.dev, cap), "graph arena: allocating ", cap, " bytes");
-    for (int i = 0; i < 2; ++i) {
-      TF_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&G.host[i]), cap, cudaHostAllocDefault),
-                    "graph arena: pinned allocation of ", cap, " bytes");
-      if (!G.sent[i]) TF_CUDA_CHECK(cudaEventCreateWithFlags(&G.sent[i], cudaEventDisableTiming), "graph arena");
-    }
-    G.cap = cap;
-    blocks_.counter()->fetch_add(cap);
-  }
+  // Out of memory for a bigger arena: rounds keep the one there is, or run directly without one.
+  if (G.want > G.cap && !G.grow_failed && !grow_arena(G, *blocks_.counter())) G.grow_failed = true;
+  if (G.cap == 0) return false;
   // The staging buffer is reused once its last copy has gone out.
   G.cur ^= 1;
   TF_CUDA_CHECK(cudaEventSynchronize(G.sent[G.cur]), "graph arena");

@@ -59,6 +59,7 @@ struct GraphState {
   cudaEvent_t sent[2] = {nullptr, nullptr};
   int cur = 0;
   uint64_t cap = 0, used = 0, want = 1 << 20;
+  bool grow_failed = false;  // a bigger arena could not be had: no more tries
   struct Entry {
     uint64_t off = 0, n = 0;
   };

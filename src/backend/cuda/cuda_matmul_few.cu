@@ -346,10 +346,12 @@ bool skinny_prex() {
   return on;
 }
 
-// Calls f with std::bool_constant<kPreX>: true when `fits` (up to 8 rows an item) and skinny_prex().
-template <class F>
+// Calls f with std::bool_constant<kPreX>: true when `fits` (up to 8 rows an item), skinny_prex()
+// and the weights are not F16, whose kernels spill with the preload (and were never timed with it).
+template <int WT, class F>
 void with_prex(bool fits, F f) {
-  if (fits && skinny_prex()) f(std::true_type{});
+  if constexpr (WT == kF16) f(std::false_type{});
+  else if (fits && skinny_prex()) f(std::true_type{});
   else f(std::false_type{});
 }
 
@@ -384,7 +386,7 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
       sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
       sp.counters = be.matmul_counters(grid.x);
     }
-    with_prex(x.rows <= 8, [&](auto prex) {
+    with_prex<WT>(x.rows <= 8, [&](auto prex) {
       constexpr bool P = decltype(prex)::value;
       auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false>
                              : skinny_matmul<WT, false, false, false, TN, P>;
@@ -423,7 +425,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
                    [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
     const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
-    with_prex(x.rows <= 8, [&](auto prex) {
+    with_prex<WT>(x.rows <= 8, [&](auto prex) {
       constexpr bool P = decltype(prex)::value;
       auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN, false>
                              : skinny_matmul<WT, false, false, true, TN, P>;
@@ -454,7 +456,7 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
     // Items of at most 8 rows take the 8-row tile, as a plain matmul of that many rows does.
     // The one-tile grouped form spills at its register cap with the preload, so it goes without.
-    with_prex(gr.rows_max <= 8 && TN == 2, [&](auto prex) {
+    with_prex<WT>(gr.rows_max <= 8 && TN == 2, [&](auto prex) {
       constexpr bool P = decltype(prex)::value;
       auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false>
                                   : skinny_matmul<WT, false, true, false, TN, P && TN == 2>;
