@@ -267,21 +267,21 @@ void check_round(const RoundInput& in, int max_rows, int32_t vocab) {
   for (int32_t r : in.logit_rows) TF_CHECK(r >= 0 && r < m, "forward: logit row ", r, " outside the round of ", m);
 }
 
-bool head_in_round(const RoundInput& in, const Scratch& s) {
-  return !in.logit_rows.empty() && in.logit_rows.size() <= static_cast<size_t>(s.max_logit_rows);
-}
+namespace {
 
-void head_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
-                 const Weight& head, Scratch& s, int32_t vocab, size_t done, int n) {
-  Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, vocab};
+// Final norm and head over n rows of in.logit_rows from done on, into s.logits.
+void head_logits(Backend& b, const Tensor& x, const RoundInput& in, const LmHead& lm, Scratch& s, size_t done, int n) {
+  Tensor fr{s.final_rows.data, n, x.cols}, lg{s.logits.data, n, lm.vocab};
   b.gather_rows(x, in.logit_rows.data() + done, n, fr);
-  b.rmsnorm(fr, norm, eps, add_one, fr);
-  b.matmul(fr, head, nullptr, lg);
+  b.rmsnorm(fr, lm.norm, lm.eps, lm.add_one, fr);
+  b.matmul(fr, lm.head, nullptr, lg);
 }
 
-void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
-                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
-                  std::vector<int32_t>& sampled, bool head_done) {
+// The head's passes over in.logit_rows (the first one already run when head_done), the draws, and
+// the logits the host asked for.
+void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const LmHead& lm, Scratch& s,
+                  std::vector<float>& logits, std::vector<int32_t>& sampled, bool head_done) {
+  const int32_t vocab = lm.vocab;
   const size_t n_logits = in.logit_rows.size();
   TF_CHECK(in.logit_full.empty() || in.logit_full.size() == n_logits, "forward: ", in.logit_full.size(),
            " logit_full flags for ", n_logits, " logit rows");
@@ -297,7 +297,7 @@ void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weigh
   for (size_t done = 0; done < n_logits;) {
     const int n = static_cast<int>(std::min<size_t>(n_logits - done, static_cast<size_t>(s.max_logit_rows)));
     Tensor lg{s.logits.data, n, vocab};
-    if (!(head_done && done == 0)) head_logits(b, x, in, norm, eps, add_one, head, s, vocab, done, n);
+    if (!(head_done && done == 0)) head_logits(b, x, in, lm, s, done, n);
     // The draws of these rows, on the backend; only rows the host reads travel, in runs.
     specs.clear();
     const size_t first_spec = next_spec;
@@ -318,6 +318,19 @@ void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weigh
     }
     done += static_cast<size_t>(n);
   }
+}
+
+}  // namespace
+
+void model_round(Backend& b, const RoundInput& in, const Tensor& x, const LmHead& lm, Scratch& s,
+                 const std::function<void()>& body, std::vector<float>& logits, std::vector<int32_t>& sampled) {
+  // A head of one pass runs with the round's launches, so a replayed round holds it too.
+  const bool head = !in.logit_rows.empty() && in.logit_rows.size() <= static_cast<size_t>(s.max_logit_rows);
+  graph_round(b, in, [&] {
+    body();
+    if (head) head_logits(b, x, in, lm, s, 0, static_cast<int>(in.logit_rows.size()));
+  });
+  final_logits(b, x, in, lm, s, logits, sampled, head);
 }
 
 void graph_round(Backend& b, int rows, uint64_t key, const std::function<void()>& body) {

@@ -105,16 +105,19 @@ void alloc_moe_scratch(Backend& b, Scratch& s, int64_t rows, int64_t hidden, int
                        bool gated, bool shared_gate);
 // Checks a round's rows and tokens against the reserved scratch and the vocabulary.
 void check_round(const RoundInput& in, int max_rows, int32_t vocab);
-// Whether the round's logit rows fit one head pass, which then runs with the round's launches.
-bool head_in_round(const RoundInput& in, const Scratch& s);
-// Final norm and head over n rows of in.logit_rows from done on, into s.logits.
-void head_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
-                 const Weight& head, Scratch& s, int32_t vocab, size_t done, int n);
-// Final norm and head over the rows in in.logit_rows of x, s.max_logit_rows at a time, the draws,
-// and the logits the host asked for; head_done: the first pass's head already ran (head_in_round).
-void final_logits(Backend& b, const Tensor& x, const RoundInput& in, const Weight& norm, float eps, bool add_one,
-                  const Weight& head, Scratch& s, int32_t vocab, std::vector<float>& logits,
-                  std::vector<int32_t>& sampled, bool head_done = false);
+// A model's final norm and head, and the vocabulary they give logits over.
+struct LmHead {
+  const Weight& norm;
+  float eps;
+  bool add_one;
+  const Weight& head;
+  int32_t vocab;
+};
+// A model's round: body (its layers, leaving the final hidden rows in x), then the final norm and
+// head over the rows in in.logit_rows (s.max_logit_rows at a time), the draws and the logits the
+// host asked for. The body and a head that fits one pass go through graph_round together.
+void model_round(Backend& b, const RoundInput& in, const Tensor& x, const LmHead& lm, Scratch& s,
+                 const std::function<void()>& body, std::vector<float>& logits, std::vector<int32_t>& sampled);
 // Runs body, a round's launches, as the backend's replayed graph for key where it keeps one
 // (Backend::graph_begin), else directly; a refused or missed replay runs body again directly.
 void graph_round(Backend& b, int rows, uint64_t key, const std::function<void()>& body);

@@ -307,8 +307,8 @@ void NemotronHModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
            " attention layers");
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
-  const bool head = head_in_round(in, s_);
-  graph_round(b_, in, [&] {
+  const LmHead lm{*final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, vocab_size()};
+  model_round(b_, in, x, lm, s_, [&] {
     b_.embed(*embed_, in.tokens.data(), m, x);
     static const RopeParams kNoRope{};
     // Each residual add runs with the norm after it (the next layer's).
@@ -324,11 +324,7 @@ void NemotronHModel::forward(const RoundInput& in, KvStorage& kv, std::vector<fl
       if (l + 1 < layers_.size()) b_.add_rmsnorm(x, o, *layers_[l + 1].norm, eps, false, h);
       else b_.add(x, o);
     }
-    if (head)
-      head_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), 0,
-                  static_cast<int>(in.logit_rows.size()));
-  });
-  final_logits(b_, x, in, *final_norm_, eps, false, lm_head_ ? *lm_head_ : *embed_, s_, vocab_size(), logits, sampled, head);
+  }, logits, sampled);
 }
 
 }  // namespace

@@ -67,8 +67,8 @@ void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<
   check_round(in, s_.max_rows, vocab_size());
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor x = s_.x.slice_rows(0, m), h = s_.h.slice_rows(0, m), o = s_.o.slice_rows(0, m);
-  const bool head = head_in_round(in, s_);
-  graph_round(b_, in, [&] {
+  const LmHead lm{*final_norm, eps, false, lm_head ? *lm_head : *embed, vocab_size()};
+  model_round(b_, in, x, lm, s_, [&] {
     b_.embed(*embed, in.tokens.data(), m, x);
     // Each residual add runs with the norm after it (the next layer's input norm).
     if (!layers.empty()) b_.rmsnorm(x, *layers[0].input_norm, eps, false, h);
@@ -81,11 +81,7 @@ void TransformerModel::forward(const RoundInput& in, KvStorage& kv, std::vector<
       if (l + 1 < layers.size()) b_.add_rmsnorm(x, o, *layers[l + 1].input_norm, eps, false, h);
       else b_.add(x, o);
     }
-    if (head)
-      head_logits(b_, x, in, *final_norm, eps, false, lm_head ? *lm_head : *embed, s_, vocab_size(), 0,
-                  static_cast<int>(in.logit_rows.size()));
-  });
-  final_logits(b_, x, in, *final_norm, eps, false, lm_head ? *lm_head : *embed, s_, vocab_size(), logits, sampled, head);
+  }, logits, sampled);
 }
 
 std::unique_ptr<TransformerModel> build_decoder(const ModelFiles& files, const HfConfig& cfg, Backend& backend,
