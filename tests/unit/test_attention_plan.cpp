@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/attention_plan.h"
 
@@ -220,6 +223,40 @@ TEST(AttentionPlan, GroupsFollowTheHeadsABlockTakes) {
     check_plan(a, pl);
     EXPECT_EQ(pl.grp[1], rmax);
   }
+}
+
+TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {
+  Rows r;
+  r.add(0, 0, 200);  // a prefill chunk: whole on the flash kernel
+  for (int s = 1; s <= 6; ++s) r.add(s, 300 + 50 * s, 1);  // decode rows: split mode
+  r.add(7, 400, 16);  // 64 pairs of one sequence: whole on the flash kernel
+  const PlanArgs a = llama(r, true, 256ull << 20, 2);
+  Plan pl = plan_attention(a);
+  check_plan(a, pl);
+  const std::vector<int32_t> before = pl.items;
+  const unsigned n_dec = decode_first(pl, a.hpb);
+  check_plan(a, pl);
+  // The flash items are the same pairs, reordered; the tile kernel's stay where they were.
+  std::vector<std::pair<int32_t, int32_t>> x, y;
+  for (unsigned i = 0; i < pl.n_flash; ++i) {
+    x.emplace_back(before[2 * i], before[2 * i + 1]);
+    y.emplace_back(pl.items[2 * i], pl.items[2 * i + 1]);
+  }
+  std::sort(x.begin(), x.end());
+  std::sort(y.begin(), y.end());
+  EXPECT_EQ(x, y);
+  EXPECT_TRUE(std::equal(before.begin() + 2 * pl.n_flash, before.end(), pl.items.begin() + 2 * pl.n_flash));
+  // Every decode item first (a split of a group of at most 16 pairs), none after.
+  unsigned expect = 0;
+  for (unsigned i = 0; i < pl.n_flash; ++i) {
+    const int32_t g = pl.items[2 * i], c = pl.items[2 * i + 1];
+    const bool small = c >= 0 && (pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16;
+    EXPECT_EQ(small, i < n_dec) << "item " << i;
+    expect += small;
+  }
+  EXPECT_EQ(n_dec, expect);
+  EXPECT_GT(n_dec, 0u);
+  EXPECT_LT(n_dec, pl.n_flash);
 }
 
 }  // namespace tf::cuda::attn

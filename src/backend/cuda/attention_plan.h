@@ -3,6 +3,7 @@
 // (cuda_attention.cu): plain C++ so the CPU tests can check it. The bits never depend on the
 // plan; only which kernel computes a row, and with how many others in its block, do.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -107,6 +108,21 @@ inline Plan plan_attention(const PlanArgs& a) {
   pl.items.insert(pl.items.end(), whole.begin(), whole.end());
   pl.items.insert(pl.items.end(), splits.begin(), splits.end());
   return pl;
+}
+
+// Moves the flash items that are splits of groups of at most 16 pairs (decode rows) to the front
+// of the flash items, for the kernel that spreads one m tile over four warps; returns how many.
+inline unsigned decode_first(Plan& pl, int hpb) {
+  std::vector<int32_t> dec, rest;
+  for (unsigned i = 0; i < pl.n_flash; ++i) {
+    const int32_t g = pl.items[2 * i], c = pl.items[2 * i + 1];
+    const bool small = c >= 0 && (pl.grp[static_cast<size_t>(g) + 1] - pl.grp[static_cast<size_t>(g)]) * hpb <= 16;
+    std::vector<int32_t>& to = small ? dec : rest;
+    to.insert(to.end(), {g, c});
+  }
+  std::copy(dec.begin(), dec.end(), pl.items.begin());
+  std::copy(rest.begin(), rest.end(), pl.items.begin() + static_cast<std::ptrdiff_t>(dec.size()));
+  return static_cast<unsigned>(dec.size() / 2);
 }
 
 }  // namespace tf::cuda::attn

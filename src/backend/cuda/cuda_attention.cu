@@ -21,7 +21,8 @@
 // kernel folds (split mode); both run the same operations. Blocks share each staged K/V tile
 // among up to 64 (row, head) pairs: consecutive rows of one sequence and the heads of one GQA
 // group. Whole-mode blocks of more than 16 pairs and head dims up to 128 run the flash kernel
-// (cuda_attention_flash.cu), the others the tile kernel here.
+// (cuda_attention_flash.cu), and so do split-mode blocks when there are many (those of at most
+// 16 pairs on its decode kernel); the others run the tile kernel here.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -336,6 +337,16 @@ int flash_split_mode() {
   return mode;
 }
 
+// TF_CUDA_FLASH_DECODE=0 keeps split-mode blocks of few pairs on the one-warp flash kernel, for
+// timing.
+bool flash_decode_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FLASH_DECODE");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // TF_CUDA_ATTN_HPB=n holds a block to at most n heads of a kv group (more blocks, fewer pairs
 // each), for timing; the bits never depend on it.
 int attn_hpb_cap() {
@@ -454,9 +465,10 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
                 "attention: multiprocessor count");
   const int yblocks = p.n_heads / hpb;
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
-  const Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks,
-                                  sms, flash_takes(hd) && flash_on(), flash_split_mode(),
-                                  slot_bytes, kMaxPartialBytes});
+  Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks, sms,
+                            flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
+                            kMaxPartialBytes});
+  const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
@@ -487,10 +499,15 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const unsigned n_flash = pl.n_flash, n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
   const auto yb = static_cast<unsigned>(yblocks);
   const int mt = pl.most_rows * hpb <= 16 ? 1 : pl.most_rows * hpb <= 32 ? 2 : 4;
-  if (n_flash > 0) {
-    launch_flash(a, n_flash, yb);
+  if (n_dec > 0) {
+    launch_flash_decode(a, n_dec, yb);
     check_launch("attention");
-    a.items += 2 * n_flash;
+    a.items += 2 * n_dec;
+  }
+  if (n_flash > n_dec) {
+    launch_flash(a, n_flash - n_dec, yb);
+    check_launch("attention");
+    a.items += 2 * (n_flash - n_dec);
   }
   if (n_items > 0) {
     const size_t smem = attention_smem(mt, hd_pad);

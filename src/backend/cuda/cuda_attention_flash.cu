@@ -3,6 +3,8 @@
 // the block streams each split's K and V tiles through shared memory by cp.async (the next tile
 // loads during this one's products). The arithmetic is the order rule of cuda_attention.cu, run
 // through the same helpers (cuda_attention.cuh) as the tile kernel, so the bits are the same.
+// Split-mode blocks of at most 16 pairs (decode rows) run a second kernel whose four warps share
+// the one m tile (flash_decode_kernel).
 #include <atomic>
 
 #include "backend/cuda/cuda_attention.cuh"
@@ -207,7 +209,168 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   }
 }
 
+// Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
+// scores of key tile w and the products of dim tiles 2w and 2w + 1, and every warp runs the
+// split softmax on the exchanged scores, so each accumulator keeps the order of the kernel
+// above. The next split's K loads while this split's V does: two tiles in flight.
+constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
+constexpr size_t kDecSmem = static_cast<size_t>(kDecPairs + 3 * kSplit) * kKs * sizeof(float) +
+                            2 * kSplit * sizeof(int64_t);
+
+__global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
+  grid_wait();
+  grid_launch_next();
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);  // [kDecPairs][kKs]
+  float* kb = qs + kDecPairs * kKs;           // [2][kSplit][kKs]
+  float* vs = kb + 2 * kSplit * kKs;          // [kSplit][kKs]
+  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
+  const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
+  const int P = nrows * a.hpb, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
+  const int32_t lo = a.row_first[r0], hi = a.row_pos[r0 + nrows - 1];
+  const int s0 = lo / kSplit + c * a.chunk, s1 = min(hi / kSplit, s0 + a.chunk - 1);
+  const int32_t* pt = a.pages + a.row_pages[r0];
+  const int64_t head_off = static_cast<int64_t>(kvh) * hd;
+  auto fill_slots = [&](int s, int buf) {
+    for (int j = threadIdx.x; j < kSplit; j += kDecThreads) {
+      const int32_t pk = s * kSplit + j;
+      kslot[buf * kSplit + j] =
+          pk >= lo && pk <= hi
+              ? (static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width + head_off
+              : -1;
+    }
+  };
+  auto stage = [&](float* dst, const float* src, int buf) {
+    for (int e = threadIdx.x; e < kSplit * c4; e += kDecThreads) {
+      const int key = e / c4, d = 4 * (e % c4);
+      const int64_t off = kslot[buf * kSplit + key];
+      const bool ok = off >= 0 && d < hd;
+      cp_async16(dst + key * kKs + d, src + (ok ? off + d : 0), ok);
+    }
+    cp_async_commit();
+  };
+  fill_slots(s0, 0);
+  stage_q<kDecThreads>(qs, kKs, a, r0, h0, P, kDecPairs);
+  for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += kDecThreads)
+    vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
+  int pfirst[2], ppos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = gq + 8 * h, row = r0 + (p < P ? p / a.hpb : 0);
+    pfirst[h] = a.row_first[row];
+    ppos[h] = p < P ? a.row_pos[row] : -1;
+  }
+  __syncthreads();
+  stage(kb, a.k, 0);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1, base = s * kSplit;
+    float* ks = kb + b * kSplit * kKs;
+    stage(vs, a.v, b);
+    if (s < s1) {
+      fill_slots(s + 1, b ^ 1);
+      __syncthreads();
+      stage(kb + (b ^ 1) * kSplit * kKs, a.k, b ^ 1);
+      cp_async_wait<2>();
+    } else {
+      cp_async_wait<1>();
+    }
+    __syncthreads();
+    float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int kk = 0; kk < hdp; kk += 8) {
+      uint32_t ab[4], as[4], bb[2], bs[2];
+      load_a(qs + kk, kKs, lane, ab, as);
+      const float* kr = ks + (8 * warp + gq) * kKs + kk + tq;
+      split_tf32(kr[0], bb[0], bs[0]);
+      split_tf32(kr[4], bb[1], bs[1]);
+      mma3(sw, ab, as, bb, bs);
+    }
+    // The scores go to this warp's own K rows ([pair][8 keys]), which no other warp reads.
+    __syncwarp();
+    float* xw = ks + 8 * warp * kKs;
+    *reinterpret_cast<float2*>(xw + 8 * gq + 2 * tq) = make_float2(sw[0], sw[1]);
+    *reinterpret_cast<float2*>(xw + 8 * (gq + 8) + 2 * tq) = make_float2(sw[2], sw[3]);
+    __syncthreads();
+    float sc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float* xr = ks + 8 * n * kKs + 2 * tq;
+      const float2 u = *reinterpret_cast<const float2*>(xr + 8 * gq);
+      const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (gq + 8));
+      sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
+    }
+    bool on[2] = {false, false};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int klo = max(pfirst[h], base) - base, khi = min(ppos[h], base + kSplit - 1) - base;
+      float x[8][2];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
+      float mx, lsum;
+      split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
+      on[h] = klo <= khi;
+      if (on[h] && warp == 0 && tq == 0) {
+        const int p = gq + 8 * h;
+        const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
+        a.part_ml[2 * slot] = mx;
+        a.part_ml[2 * slot + 1] = lsum;
+      }
+    }
+    if (s < s1) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    if (16 * warp < hdp) {
+      // Dim tiles 2w and 2w + 1 (past hd_pad they read zeros and are not written).
+      float os[2][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        uint32_t ab[4], as[4];
+        split_a(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+        uint32_t bb[2][2], bs[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float* vr = vs + (8 * n + 2 * tq) * kKs + 8 * (2 * warp + i) + gq;
+          split_tf32(vr[0], bb[i][0], bs[i][0]);
+          split_tf32(vr[kKs], bb[i][1], bs[i][1]);
+        }
+        mma3_shared_a(os, ab, as, bb, bs);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!on[h]) continue;
+        const int p = gq + 8 * h;
+        float* dst = a.part_acc + part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s) * hd;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int d = 8 * (2 * warp + j) + 2 * tq;
+          if (d < hd) dst[d] = os[j][2 * h];
+          if (d + 1 < hd) dst[d + 1] = os[j][2 * h + 1];
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace
+
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks) {
+  static std::atomic<bool> ready{false};
+  if (!ready.load()) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kDecSmem)),
+                  "attention: shared memory of ", kDecSmem, " bytes");
+    ready.store(true);
+  }
+  launch_kernel_whole(flash_decode_kernel, dim3(n_items, yblocks), kDecThreads, kDecSmem, a);
+}
 
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
