@@ -210,9 +210,9 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 }
 
 // Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
-// scores of key tile w and the products of dim tiles 2w and 2w + 1, and every warp runs the
-// split softmax on the exchanged scores, so each accumulator keeps the order of the kernel
-// above. The next split's K loads while this split's V does: two tiles in flight.
+// scores of key tile w and the products of dim tiles 2w and 2w + 1; warps 0 and 1 run the split
+// softmax on the exchanged scores, so each accumulator keeps the order of the kernel above. The
+// next split's K loads while this split's V does: two tiles in flight.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
 constexpr size_t kDecSmem = static_cast<size_t>(kDecPairs + 3 * kSplit) * kKs * sizeof(float) +
                             2 * kSplit * sizeof(int64_t);
@@ -243,12 +243,14 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
               : -1;
     }
   };
+  // A thread stages one four-float column of every kstep-th key (no division in the loop).
+  const int kstep = kDecThreads / c4, d4 = 4 * (threadIdx.x % c4);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * c4 ? static_cast<int>(threadIdx.x) / c4 : kSplit;
   auto stage = [&](float* dst, const float* src, int buf) {
-    for (int e = threadIdx.x; e < kSplit * c4; e += kDecThreads) {
-      const int key = e / c4, d = 4 * (e % c4);
+    for (int key = key0; key < kSplit; key += kstep) {
       const int64_t off = kslot[buf * kSplit + key];
-      const bool ok = off >= 0 && d < hd;
-      cp_async16(dst + key * kKs + d, src + (ok ? off + d : 0), ok);
+      const bool ok = off >= 0 && d4 < hd;
+      cp_async16(dst + key * kKs + d4, src + (ok ? off + d4 : 0), ok);
     }
     cp_async_commit();
   };
@@ -294,27 +296,25 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     *reinterpret_cast<float2*>(xw + 8 * gq + 2 * tq) = make_float2(sw[0], sw[1]);
     *reinterpret_cast<float2*>(xw + 8 * (gq + 8) + 2 * tq) = make_float2(sw[2], sw[3]);
     __syncthreads();
-    float sc[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float* xr = ks + 8 * n * kKs + 2 * tq;
-      const float2 u = *reinterpret_cast<const float2*>(xr + 8 * gq);
-      const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (gq + 8));
-      sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
-    }
-    bool on[2] = {false, false};
+    bool on[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int klo = max(pfirst[h], base) - base, khi = min(ppos[h], base + kSplit - 1) - base;
+      on[h] = klo <= khi;
+      // Warp h turns pairs gq + 8h's scores into weights in place, once for the block.
+      if (warp != h) continue;
       float x[8][2];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
+      for (int n = 0; n < 8; ++n) {
+        const float2 u = *reinterpret_cast<const float2*>(ks + 8 * n * kKs + 8 * (gq + 8 * h) + 2 * tq);
+        x[n][0] = u.x, x[n][1] = u.y;
+      }
       float mx, lsum;
       split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
 #pragma unroll
-      for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
-      on[h] = klo <= khi;
-      if (on[h] && warp == 0 && tq == 0) {
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<float2*>(ks + 8 * n * kKs + 8 * (gq + 8 * h) + 2 * tq) = make_float2(x[n][0], x[n][1]);
+      if (on[h] && tq == 0) {
         const int p = gq + 8 * h;
         const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
         a.part_ml[2 * slot] = mx;
@@ -324,6 +324,14 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
+    float sc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float* xr = ks + 8 * n * kKs + 2 * tq;
+      const float2 u = *reinterpret_cast<const float2*>(xr + 8 * gq);
+      const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (gq + 8));
+      sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
+    }
     if (16 * warp < hdp) {
       // Dim tiles 2w and 2w + 1 (past hd_pad they read zeros and are not written).
       float os[2][4];
