@@ -225,6 +225,28 @@ TEST(AttentionPlan, GroupsFollowTheHeadsABlockTakes) {
   }
 }
 
+TEST(AttentionPlan, DecodeSplitsTakeTheFlashKernelAboveFourBlocksAnSM) {
+  // 8 rows at 769: 13 splits x 8 head blocks x 8 = 832 split blocks, above 4 x 132: one split a block.
+  Rows eight;
+  for (int s = 0; s < 8; ++s) eight.add(s, 769, 1);
+  const Plan pl = plan_attention(llama(eight));
+  check_plan(llama(eight), pl);
+  EXPECT_EQ(pl.n_flash, 8u * 13);
+  EXPECT_EQ(pl.chunk, 1);
+  // 1 row at 2,049: 33 x 8 = 264 split blocks, below: the tile kernel.
+  Rows one;
+  one.add(0, 2049, 1);
+  const Plan tile = plan_attention(llama(one));
+  check_plan(llama(one), tile);
+  EXPECT_EQ(tile.n_flash, 0u);
+  EXPECT_EQ(tile.items.size(), 2u * 33);
+  // 2 rows at 2,049: 528 split blocks, exactly four an SM: still the tile kernel.
+  one.add(1, 2049, 1);
+  const Plan two = plan_attention(llama(one));
+  check_plan(llama(one), two);
+  EXPECT_EQ(two.n_flash, 0u);
+}
+
 TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {
   Rows r;
   r.add(0, 0, 200);  // a prefill chunk: whole on the flash kernel

@@ -59,8 +59,9 @@ inline Plan plan_attention(const PlanArgs& a) {
   pl.grp.push_back(a.rows);
   const int ng = static_cast<int>(pl.grp.size()) - 1;
   const bool few = static_cast<int64_t>(ng) * a.yblocks < 2 * static_cast<int64_t>(a.sms);
-  // Split-mode blocks go to the flash kernel when there are many: it streams a block's splits
-  // by cp.async, in chunks that leave about eight blocks an SM.
+  // Split-mode blocks go to the flash kernel's decode form when there are more than four an SM
+  // (fewer run faster one a block on the tile kernel): it streams a block's splits by cp.async,
+  // in chunks that leave about eight blocks an SM.
   int64_t split_blocks = 0;
   for (int g = 0; g < ng; ++g) {
     const int s_lo = a.first[at(pl.grp[at(g)])] / kSplit,
@@ -69,7 +70,7 @@ inline Plan plan_attention(const PlanArgs& a) {
   }
   const int64_t target = 8 * static_cast<int64_t>(a.sms);
   const bool flash_split =
-      a.flash && (a.flash_split > 0 || (a.flash_split < 0 && split_blocks >= target));
+      a.flash && (a.flash_split > 0 || (a.flash_split < 0 && 2 * split_blocks > target));
   if (flash_split)
     pl.chunk = a.flash_split > 0
                    ? a.flash_split
