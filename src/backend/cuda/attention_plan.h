@@ -112,7 +112,7 @@ inline Plan plan_attention(const PlanArgs& a) {
 }
 
 // Moves the flash items that are splits of groups of at most 16 pairs (decode rows) to the front
-// of the flash items, for the kernel that spreads one m tile over four warps; returns how many.
+// of the flash items, for the kernel that spreads one m tile over eight warps; returns how many.
 inline unsigned decode_first(Plan& pl, int hpb) {
   std::vector<int32_t> dec, rest;
   for (unsigned i = 0; i < pl.n_flash; ++i) {

@@ -3,7 +3,7 @@
 // the block streams each split's K and V tiles through shared memory by cp.async (the next tile
 // loads during this one's products). The arithmetic is the order rule of cuda_attention.cu, run
 // through the same helpers (cuda_attention.cuh) as the tile kernel, so the bits are the same.
-// Split-mode blocks of at most 16 pairs (decode rows) run a second kernel whose four warps share
+// Split-mode blocks of at most 16 pairs (decode rows) run a second kernel whose eight warps share
 // the one m tile (flash_decode_kernel).
 #include <atomic>
 
