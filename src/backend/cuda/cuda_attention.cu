@@ -338,7 +338,7 @@ int flash_split_mode() {
 }
 
 // TF_CUDA_FLASH_DECODE=0 keeps split-mode blocks of few pairs on the one-warp flash kernel, for
-// timing.
+// timing (rounds of four to eight split blocks an SM then go there too, not to the tile kernel).
 bool flash_decode_on() {
   static const bool on = [] {
     const char* e = std::getenv("TF_CUDA_FLASH_DECODE");

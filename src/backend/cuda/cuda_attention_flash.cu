@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
       split_tf32(kr[4], bb[1], bs[1]);
       mma3(sw, ab, as, bb, bs);
     }
-    // The scores go to this warp's own K rows ([pair][8 keys]), which no other warp reads.
+    // The scores go to this warp's own K rows ([pair][8 keys]): no other warp reads them as K.
     __syncwarp();
     float* xw = ks + 8 * warp * kKs;
     *reinterpret_cast<float2*>(xw + 8 * gq + 2 * tq) = make_float2(sw[0], sw[1]);
