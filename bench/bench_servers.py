@@ -298,13 +298,20 @@ def main():
     ap.add_argument("--llama-bin", default="llama-server")
     ap.add_argument("--llama-gguf")
     ap.add_argument("--llama-args", default="-ngl 999", help="more llama-server arguments, one string")
-    ap.add_argument("--order", default="tensorfold,llama.cpp")
+    ap.add_argument("--order", default="tensorfold,llama.cpp",
+                    help="servers to run, in turn: tensorfold, llama.cpp or both (one alone: no ratio)")
     ap.add_argument("--json-out", help="also write the JSON lines here")
     ap.add_argument("--logs-dir", help="copy each started server's log here")
     a = ap.parse_args()
     a.check_tokens = a.check_tokens or a.gen_tokens
-    if not (a.tf_url or a.tf_model) or not (a.llama_url or a.llama_gguf):
-        ap.error("give --tf-url or --tf-model, and --llama-url or --llama-gguf")
+    kinds = [k.strip() for k in a.order.split(",")]
+    unknown = [k for k in kinds if k not in ("tensorfold", "llama.cpp")]
+    if unknown or not kinds:
+        ap.error(f"--order: unknown server {unknown[0]!r}" if unknown else "--order: no server")
+    if "tensorfold" in kinds and not (a.tf_url or a.tf_model):
+        ap.error("give --tf-url or --tf-model")
+    if "llama.cpp" in kinds and not (a.llama_url or a.llama_gguf):
+        ap.error("give --llama-url or --llama-gguf")
     avoid = set()
     if a.tf_model:
         with open(os.path.join(a.tf_model, "config.json"), encoding="utf-8") as f:
@@ -322,7 +329,7 @@ def main():
 
     rows, ids = {}, {}
     with mp.get_context("spawn").Pool(procs) as pool:
-        for kind in [k.strip() for k in a.order.split(",")]:
+        for kind in kinds:
             if kind == "tensorfold":
                 ctx = contextlib.nullcontext((a.tf_url.rstrip("/"), None)) if a.tf_url else tf_server(a)
             elif kind == "llama.cpp":

@@ -29,6 +29,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
+from synthetic_vocab import hf_tokenizer_json, synthetic_vocab
+
 ST_DTYPES = {"BF16": (np.uint16, QT.BF16), "F16": (np.float16, QT.F16), "F32": (np.float32, QT.F32)}
 LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -143,39 +145,6 @@ def llama3_rope_factors(scaling, theta, head_dim):
     return np.array(out, dtype=np.float32)
 
 
-def byte_unicode():
-    """GPT-2's bytes_to_unicode: byte -> printable character."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-def synthetic_vocab(n):
-    """(tokens, merges) of the byte-level vocabulary described in the module docstring."""
-    if n < 130:
-        fail(f"vocab_size {n} is below 130 (128 ASCII bytes, one merge, one more)")
-    bu = byte_unicode()
-    space = bu[ord(" ")]
-    tokens = [bu[b] for b in range(128)] + [space + space] + [f"[{i}]" for i in range(129, n)]
-    return tokens, [f"{space} {space}"]
-
-
-def hf_tokenizer_json(tokens, merges):
-    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-            "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                                                 "use_regex": True},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                      "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
-
-
 def first_id(v):
     if isinstance(v, list):
         return v[0] if v else None
@@ -225,7 +194,10 @@ def convert(folder, out, hf_tokenizer=False, name=None, outtype="keep"):
         fail(f"{folder}: embed_tokens is {shape_of(plan, 'token_embd.weight')}, config says ({V}, {H})")
     rope_freqs = llama3_rope_factors(scaling, theta, hd) if rtype == "llama3" else None
 
-    tokens, merges = synthetic_vocab(V)
+    try:
+        tokens, merges = synthetic_vocab(V)
+    except ValueError as e:
+        fail(f"{folder}: {e}")
     if hf_tokenizer:
         tj = os.path.join(folder, "tokenizer.json")
         if os.path.exists(tj):

@@ -12,6 +12,9 @@
 #        Every step is skipped when its output exists, so a rerun on a warm machine continues.
 #   tests/gpu/run_server_bench.sh gpu-prebuilt   ON THE DEVICE: the same run from binaries built
 #        here (see the mode's comment), for sessions whose device time cannot fit the builds.
+#   tests/gpu/run_server_bench.sh tf-only   ON THE DEVICE: TensorFold alone ($TF_BIN, default
+#        .gpubin/tensorfold), the same 64 streams; the model's tokenizer.json comes from
+#        bench/synthetic_vocab.py, so neither llama.cpp nor the gguf package is needed. No ratio.
 #   tests/gpu/run_server_bench.sh cpu-toy   HERE: the same chain at toy scale on the CPU
 #        (tests/fixtures/golden/llama, -n 4 -p 32 -g 16, llama-server built with -DGGML_CUDA=OFF -j2).
 #
@@ -136,6 +139,23 @@ gpu-prebuilt)
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"
   tail -8 "$OUT/bench_servers.err"; cat "$OUT/bench_servers.jsonl"; cat "$OUT/steps.log" ;;
+tf-only)
+  TF_BIN=${TF_BIN:-.gpubin/tensorfold}
+  MODEL=/dev/shm/l8b
+  export LD_LIBRARY_PATH=$(dirname "$TF_BIN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+  step "start: $(cat "$OUT/gpu.txt")"
+  if [ ! -f "$MODEL/config.json" ]; then
+    python3 scripts/make_random_model.py --shape llama3.1-8b --out "$MODEL" > "$OUT/make_model.log" 2>&1
+    step "random model rc=$?"
+  fi
+  python3 bench/synthetic_vocab.py "$MODEL" || exit 1
+  timeout "${BENCH_TIMEOUT:-300}" python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$MODEL" --device cuda \
+    --order tensorfold "--tf-args=${TF_ARGS:-}" \
+    -n 64 -p 512 -g 256 --rounds "${ROUNDS:-2}" --check-prompts 4 --check-tokens 64 \
+    --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
+  step "bench rc=$?"
+  tail -8 "$OUT/bench_servers.err"; cat "$OUT/bench_servers.jsonl"; cat "$OUT/steps.log" ;;
 cpu-toy)
   LLAMA_BIN=${LLAMA_BIN:-build-llama-cpu/bin/llama-server}
   [ -x "$LLAMA_BIN" ] || build_llama build-llama-cpu 2 -DGGML_CUDA=OFF > "$OUT/build_llama_cpu.log" 2>&1 ||
@@ -148,5 +168,5 @@ cpu-toy)
     -n 4 -p 32 -g 16 --check-prompts 4 --json-out "$OUT/bench_servers_toy.jsonl" --logs-dir "$OUT"
   rc=$?; rm -rf "$TOY"; exit $rc ;;
 *)
-  echo "usage: $0 prepare|gpu|gpu-prebuilt|cpu-toy" >&2; exit 2 ;;
+  echo "usage: $0 prepare|gpu|gpu-prebuilt|tf-only|cpu-toy" >&2; exit 2 ;;
 esac
