@@ -14,6 +14,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from synthetic_vocab import byte_unicode  # noqa: E402
 from test_gguf_models import GOLDEN, greedy, permute, read_bf16_safetensors  # noqa: E402
 
 VOCAB_TOKENS = 512
@@ -21,15 +23,7 @@ VOCAB_TOKENS = 512
 
 def byte_level_tokens(n):
     """A byte-level BPE vocabulary of n tokens without merges (the 256 byte symbols, then placeholders)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    extra = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + extra)
-            extra += 1
-    syms = sorted(chr(c) for c in cs)
+    syms = sorted(byte_unicode().values())
     return syms + [f"<x{i}>" for i in range(len(syms), n)]
 
 

@@ -18,6 +18,48 @@ constexpr int kWarps = kFlashPairs / 16, kThreads = 32 * kWarps, kPairs = kFlash
 constexpr size_t kSmem = (static_cast<size_t>(kPairs + 2 * kSplit) * kKs) * sizeof(float) +
                          2 * kSplit * sizeof(int64_t);
 
+// A block's item: group g's rows times hpb heads of kv head blockIdx.y / (group / hpb), over
+// splits s0..s1 (c < 0: every split of the group; c >= 0: splits c * chunk.., at most chunk).
+struct Item {
+  int r0, P, h0, s0, s1;
+  int32_t lo, hi;  // the group's first key and last position
+  const int32_t* pt;
+  int64_t head_off;
+};
+
+__device__ __forceinline__ Item item_of(const Args& a, int g, int c) {
+  Item it;
+  it.r0 = a.grp[g];
+  const int nrows = a.grp[g + 1] - it.r0, hblocks = a.group / a.hpb, kvh = blockIdx.y / hblocks;
+  it.h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
+  it.P = nrows * a.hpb;
+  it.lo = a.row_first[it.r0], it.hi = a.row_pos[it.r0 + nrows - 1];
+  it.s0 = it.lo / kSplit + (c >= 0 ? c * a.chunk : 0);
+  it.s1 = c >= 0 ? min(it.hi / kSplit, it.s0 + a.chunk - 1) : it.hi / kSplit;
+  it.pt = a.pages + a.row_pages[it.r0];
+  it.head_off = static_cast<int64_t>(kvh) * a.head_dim;
+  return it;
+}
+
+// Pool offsets of split s's keys into slot (-1: outside lo..hi), by T threads.
+template <int T>
+__device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const Item& it, int s) {
+  for (int j = threadIdx.x; j < kSplit; j += T) {
+    const int32_t pk = s * kSplit + j;
+    slot[j] = pk >= it.lo && pk <= it.hi
+                  ? (static_cast<int64_t>(it.pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width +
+                        it.head_off
+                  : -1;
+  }
+}
+
+// V columns past hd_pad are never staged, but dim tiles past it may read them: zeros, by T threads.
+template <int T>
+__device__ __forceinline__ void zero_v_tail(float* vs, int hdp) {
+  for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += T)
+    vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
+}
+
 __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   grid_wait();
   grid_launch_next();
@@ -29,24 +71,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   // c < 0: the whole group, folded; c >= 0: its splits c * chunk.. (at most chunk), a partial each.
   const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
   const bool part = c >= 0;
-  const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
-  const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
-  const int P = nrows * a.hpb, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Item it = item_of(a, g, c);
+  const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
-  const int32_t lo = a.row_first[r0], hi = a.row_pos[r0 + nrows - 1];
-  const int s0 = lo / kSplit + (part ? c * a.chunk : 0);
-  const int s1 = part ? min(hi / kSplit, s0 + a.chunk - 1) : hi / kSplit;
-  const int32_t* pt = a.pages + a.row_pages[r0];
-  const int64_t head_off = static_cast<int64_t>(kvh) * hd;
-  auto fill_slots = [&](int s, int buf) {
-    for (int j = threadIdx.x; j < kSplit; j += kThreads) {
-      const int32_t pk = s * kSplit + j;
-      kslot[buf * kSplit + j] =
-          pk >= lo && pk <= hi
-              ? (static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width + head_off
-              : -1;
-    }
-  };
   auto stage = [&](float* dst, const float* src, int buf) {
     for (int e = threadIdx.x; e < kSplit * c4; e += kThreads) {
       const int key = e / c4, d = 4 * (e % c4);
@@ -56,11 +84,9 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     }
     cp_async_commit();
   };
-  fill_slots(s0, 0);
+  fill_slots<kThreads>(kslot, a, it, s0);
   stage_q<kThreads>(qs, kKs, a, r0, h0, P, kPairs);
-  // V columns past hd_pad are never staged, but a group of four dim tiles may read them.
-  for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += kThreads)
-    vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
+  zero_v_tail<kThreads>(vs, hdp);
   // This thread's two pairs: rows gq and gq + 8 of the warp's m tile.
   int pfirst[2], ppos[2];
   float m[2], l[2];
@@ -82,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   for (int s = s0; s <= s1; ++s) {
     const int buf = (s - s0) & 1, base = s * kSplit;
     stage(vs, a.v, buf);
-    if (s < s1) fill_slots(s + 1, buf ^ 1);
+    if (s < s1) fill_slots<kThreads>(kslot + (buf ^ 1) * kSplit, a, it, s + 1);
     cp_async_wait<1>();
     __syncthreads();
     float sc[8][4];
@@ -225,24 +251,10 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   float* kb = qs + kDecPairs * kKs;           // [2][kSplit][kKs]
   float* vs = kb + 2 * kSplit * kKs;          // [kSplit][kKs]
   auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
-  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
-  const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
-  const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
-  const int P = nrows * a.hpb, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const Item it = item_of(a, a.items[2 * blockIdx.x], a.items[2 * blockIdx.x + 1]);
+  const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
-  const int32_t lo = a.row_first[r0], hi = a.row_pos[r0 + nrows - 1];
-  const int s0 = lo / kSplit + c * a.chunk, s1 = min(hi / kSplit, s0 + a.chunk - 1);
-  const int32_t* pt = a.pages + a.row_pages[r0];
-  const int64_t head_off = static_cast<int64_t>(kvh) * hd;
-  auto fill_slots = [&](int s, int buf) {
-    for (int j = threadIdx.x; j < kSplit; j += kDecThreads) {
-      const int32_t pk = s * kSplit + j;
-      kslot[buf * kSplit + j] =
-          pk >= lo && pk <= hi
-              ? (static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width + head_off
-              : -1;
-    }
-  };
   // A thread stages one four-float column of every kstep-th key (no division in the loop).
   const int kstep = kDecThreads / c4, d4 = 4 * (threadIdx.x % c4);
   const int key0 = static_cast<int>(threadIdx.x) < kstep * c4 ? static_cast<int>(threadIdx.x) / c4 : kSplit;
@@ -254,10 +266,9 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     }
     cp_async_commit();
   };
-  fill_slots(s0, 0);
+  fill_slots<kDecThreads>(kslot, a, it, s0);
   stage_q<kDecThreads>(qs, kKs, a, r0, h0, P, kDecPairs);
-  for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += kDecThreads)
-    vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
+  zero_v_tail<kDecThreads>(vs, hdp);
   int pfirst[2], ppos[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -272,7 +283,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     float* ks = kb + b * kSplit * kKs;
     stage(vs, a.v, b);
     if (s < s1) {
-      fill_slots(s + 1, b ^ 1);
+      fill_slots<kDecThreads>(kslot + (b ^ 1) * kSplit, a, it, s + 1);
       __syncthreads();
       stage(kb + (b ^ 1) * kSplit * kKs, a.k, b ^ 1);
       cp_async_wait<2>();
