@@ -29,7 +29,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
-from synthetic_vocab import hf_tokenizer_json, synthetic_vocab
+from synthetic_vocab import synthetic_vocab, write_tokenizer
 
 ST_DTYPES = {"BF16": (np.uint16, QT.BF16), "F16": (np.float16, QT.F16), "F32": (np.float32, QT.F32)}
 LAYER_NAMES = {
@@ -202,9 +202,7 @@ def convert(folder, out, hf_tokenizer=False, name=None, outtype="keep"):
         tj = os.path.join(folder, "tokenizer.json")
         if os.path.exists(tj):
             print(f"hf_to_gguf_llama: {tj} exists, left as it is (its vocabulary may differ from the GGUF's)")
-        else:
-            with open(tj, "w", encoding="utf-8") as f:
-                json.dump(hf_tokenizer_json(tokens, merges), f, ensure_ascii=False)
+        write_tokenizer(folder)
 
     tmp = out + ".tmp"
     w = gguf.GGUFWriter(tmp, "llama")
