@@ -245,6 +245,10 @@ TEST(AttentionPlan, DecodeSplitsTakeTheFlashKernelAboveFourBlocksAnSM) {
   const Plan two = plan_attention(llama(one));
   check_plan(llama(one), two);
   EXPECT_EQ(two.n_flash, 0u);
+  // Without the decode form (TF_CUDA_FLASH_DECODE=0) the one-warp form starts at eight an SM.
+  PlanArgs old = llama(eight);
+  old.decode = false;
+  EXPECT_EQ(plan_attention(old).n_flash, 0u);
 }
 
 TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {

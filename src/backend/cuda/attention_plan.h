@@ -29,6 +29,7 @@ struct PlanArgs {
   int flash_split;  // split-mode groups too: 0 never, -1 when many, n > 0 always (n splits a block)
   uint64_t slot_bytes;         // bytes of one split's partials for one row
   uint64_t max_partial_bytes;  // cap on all partials
+  bool decode = true;          // split blocks have the flash kernel's eight-warp decode form
 };
 
 struct Plan {
@@ -59,9 +60,9 @@ inline Plan plan_attention(const PlanArgs& a) {
   pl.grp.push_back(a.rows);
   const int ng = static_cast<int>(pl.grp.size()) - 1;
   const bool few = static_cast<int64_t>(ng) * a.yblocks < 2 * static_cast<int64_t>(a.sms);
-  // Split-mode blocks go to the flash kernel's decode form when there are more than four an SM
-  // (fewer run faster one a block on the tile kernel): it streams a block's splits by cp.async,
-  // in chunks that leave about eight blocks an SM.
+  // Split-mode blocks go to the flash kernel when there are more than four an SM for its decode
+  // form (fewer run faster one a block on the tile kernel), eight for its one-warp form: it
+  // streams a block's splits by cp.async, in chunks that leave about eight blocks an SM.
   int64_t split_blocks = 0;
   for (int g = 0; g < ng; ++g) {
     const int s_lo = a.first[at(pl.grp[at(g)])] / kSplit,
@@ -70,7 +71,8 @@ inline Plan plan_attention(const PlanArgs& a) {
   }
   const int64_t target = 8 * static_cast<int64_t>(a.sms);
   const bool flash_split =
-      a.flash && (a.flash_split > 0 || (a.flash_split < 0 && 2 * split_blocks > target));
+      a.flash && (a.flash_split > 0 ||
+                  (a.flash_split < 0 && (a.decode ? 2 * split_blocks > target : split_blocks >= target)));
   if (flash_split)
     pl.chunk = a.flash_split > 0
                    ? a.flash_split

@@ -337,8 +337,8 @@ int flash_split_mode() {
   return mode;
 }
 
-// TF_CUDA_FLASH_DECODE=0 keeps split-mode blocks of few pairs on the one-warp flash kernel, for
-// timing (rounds of four to eight split blocks an SM then go there too, not to the tile kernel).
+// TF_CUDA_FLASH_DECODE=0 keeps split-mode blocks of few pairs on the one-warp flash kernel, and
+// its threshold, for timing.
 bool flash_decode_on() {
   static const bool on = [] {
     const char* e = std::getenv("TF_CUDA_FLASH_DECODE");
@@ -467,7 +467,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
   Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks, sms,
                             flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
-                            kMaxPartialBytes});
+                            kMaxPartialBytes, flash_decode_on()});
   const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
