@@ -3,6 +3,7 @@
 # bench in turn (interleaved, so drift hits all alike). A variant is "label|ENV=V ...|binary|extra
 # bench arguments"; one JSON line per run, prefixed with its label, in $OUT/ab_SHAPE.txt.
 #   tests/gpu/run_ab.sh SHAPE[:LAYERS[:sparse]] "BENCH ARGS;BENCH ARGS" VARIANT ...
+# tests/gpu/abparse.py prints the runs as a table; binaries built here come in by tests/gpu/pack.sh.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 IFS=: read -r shape layers sparse <<< "$1"
