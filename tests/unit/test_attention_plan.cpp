@@ -112,6 +112,13 @@ void check_plan(const PlanArgs& a, const Plan& pl) {
   for (int o : owner) ASSERT_GE(o, 0) << "an unused slot";
 }
 
+// The plan for a, checked.
+Plan checked(const PlanArgs& a) {
+  Plan pl = plan_attention(a);
+  check_plan(a, pl);
+  return pl;
+}
+
 }  // namespace
 
 TEST(AttentionPlan, RowSplitsCountTheGridSplitsOfTheKeys) {
@@ -126,15 +133,13 @@ TEST(AttentionPlan, LongPrefillGoesWholeToFlash) {
   Rows r;
   r.add(0, 0, 4096);
   const PlanArgs a = llama(r);
-  const Plan pl = plan_attention(a);
-  check_plan(a, pl);
+  const Plan pl = checked(a);
   EXPECT_EQ(pl.grp.size(), 257u);
   EXPECT_EQ(pl.n_flash, 256u);
   EXPECT_EQ(pl.slots, 0);
   // Without the flash kernel the same groups go whole to the tile kernel at full size.
   const PlanArgs b = llama(r, false);
-  const Plan tile = plan_attention(b);
-  check_plan(b, tile);
+  const Plan tile = checked(b);
   EXPECT_EQ(tile.n_flash, 0u);
   EXPECT_EQ(tile.most_rows, 16);
 }
@@ -142,11 +147,9 @@ TEST(AttentionPlan, LongPrefillGoesWholeToFlash) {
 TEST(AttentionPlan, ShortPrefillStaysWholeOnFlashButSplitsOnTheTileKernel) {
   Rows r;
   r.add(0, 0, 512);  // 32 groups x 8 head blocks: fewer than two blocks an SM
-  const Plan flash = plan_attention(llama(r));
-  check_plan(llama(r), flash);
+  const Plan flash = checked(llama(r));
   EXPECT_EQ(flash.n_flash, 32u);
-  const Plan tile = plan_attention(llama(r, false));
-  check_plan(llama(r, false), tile);
+  const Plan tile = checked(llama(r, false));
   EXPECT_EQ(tile.n_flash, 0u);
   EXPECT_GT(tile.slots, 0);
 }
@@ -156,37 +159,32 @@ TEST(AttentionPlan, ManyDecodeSplitsGoToFlashInChunks) {
   for (int s = 0; s < 64; ++s) r.add(s, 700 + 37 * s, 1);
   // 64 rows of 11 to 48 splits, 8 head blocks each: 15,184 split blocks, 14 splits a flash block.
   const PlanArgs a = llama(r);
-  const Plan pl = plan_attention(a);
-  check_plan(a, pl);
+  const Plan pl = checked(a);
   EXPECT_EQ(pl.brows.size(), 64u);
   EXPECT_EQ(pl.chunk, 14);
   EXPECT_EQ(pl.items.size() / 2, pl.n_flash);
   // Without flash splits the tile kernel takes every split, one a block.
   const PlanArgs b = llama(r, true, 256ull << 20, 0);
-  const Plan tile = plan_attention(b);
-  check_plan(b, tile);
+  const Plan tile = checked(b);
   EXPECT_EQ(tile.n_flash, 0u);
   EXPECT_EQ(tile.most_rows, 1);
   EXPECT_EQ(tile.slots, pl.slots);
   // Few split blocks (one decode row): the tile kernel, one split a block.
   Rows one_row;
   one_row.add(0, 700, 1);
-  const Plan few = plan_attention(llama(one_row));
-  check_plan(llama(one_row), few);
+  const Plan few = checked(llama(one_row));
   EXPECT_EQ(few.n_flash, 0u);
   EXPECT_EQ(few.items.size(), 2u * 11);
   // Forced (TF_CUDA_FLASH_SPLIT=3, for the contract): the flash kernel, three splits a block.
   const PlanArgs forced = llama(one_row, true, 256ull << 20, 3);
-  const Plan f3 = plan_attention(forced);
-  check_plan(forced, f3);
+  const Plan f3 = checked(forced);
   EXPECT_EQ(f3.chunk, 3);
   EXPECT_EQ(f3.n_flash, 4u);
   EXPECT_EQ(f3.items.size(), 2u * 4);
   // A decode row inside its first split has one split: it runs whole on the tile kernel.
   Rows short_ctx;
   short_ctx.add(0, 40, 1);
-  const Plan one = plan_attention(llama(short_ctx));
-  check_plan(llama(short_ctx), one);
+  const Plan one = checked(llama(short_ctx));
   EXPECT_EQ(one.n_flash, 0u);
   EXPECT_EQ(one.items, (std::vector<int32_t>{0, -1}));
 }
@@ -206,8 +204,7 @@ TEST(AttentionPlan, MixedRoundsSlidingWindowsAndTheCap) {
   }
   // A cap of 20 slots: the long decode row (16 splits) no longer fits and runs whole.
   const PlanArgs capped = llama(r, true, 20 * 32ull * 130 * 4);
-  const Plan pl = plan_attention(capped);
-  check_plan(capped, pl);
+  const Plan pl = checked(capped);
   EXPECT_GT(pl.slots, 0);
   EXPECT_LE(pl.slots, 20);
 }
@@ -219,8 +216,7 @@ TEST(AttentionPlan, GroupsFollowTheHeadsABlockTakes) {
   for (auto [hpb, rmax] : {std::pair{1, 64}, std::pair{8, 8}}) {
     PlanArgs a = llama(r);
     a.hpb = hpb, a.rmax = rmax, a.yblocks = 32 / hpb;
-    const Plan pl = plan_attention(a);
-    check_plan(a, pl);
+    const Plan pl = checked(a);
     EXPECT_EQ(pl.grp[1], rmax);
   }
 }
@@ -229,26 +225,23 @@ TEST(AttentionPlan, DecodeSplitsTakeTheFlashKernelAboveFourBlocksAnSM) {
   // 8 rows at 769: 13 splits x 8 head blocks x 8 = 832 split blocks, above 4 x 132: one split a block.
   Rows eight;
   for (int s = 0; s < 8; ++s) eight.add(s, 769, 1);
-  const Plan pl = plan_attention(llama(eight));
-  check_plan(llama(eight), pl);
+  const Plan pl = checked(llama(eight));
   EXPECT_EQ(pl.n_flash, 8u * 13);
   EXPECT_EQ(pl.chunk, 1);
   // 1 row at 2,049: 33 x 8 = 264 split blocks, below: the tile kernel.
   Rows one;
   one.add(0, 2049, 1);
-  const Plan tile = plan_attention(llama(one));
-  check_plan(llama(one), tile);
+  const Plan tile = checked(llama(one));
   EXPECT_EQ(tile.n_flash, 0u);
   EXPECT_EQ(tile.items.size(), 2u * 33);
   // 2 rows at 2,049: 528 split blocks, exactly four an SM: still the tile kernel.
   one.add(1, 2049, 1);
-  const Plan two = plan_attention(llama(one));
-  check_plan(llama(one), two);
+  const Plan two = checked(llama(one));
   EXPECT_EQ(two.n_flash, 0u);
   // Without the decode form (TF_CUDA_FLASH_DECODE=0) the one-warp form starts at eight an SM.
   PlanArgs old = llama(eight);
   old.decode = false;
-  EXPECT_EQ(plan_attention(old).n_flash, 0u);
+  EXPECT_EQ(checked(old).n_flash, 0u);
 }
 
 TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {
@@ -257,8 +250,7 @@ TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {
   for (int s = 1; s <= 6; ++s) r.add(s, 300 + 50 * s, 1);  // decode rows: split mode
   r.add(7, 400, 16);  // 64 pairs of one sequence: whole on the flash kernel
   const PlanArgs a = llama(r, true, 256ull << 20, 2);
-  Plan pl = plan_attention(a);
-  check_plan(a, pl);
+  Plan pl = checked(a);
   const std::vector<int32_t> before = pl.items;
   const unsigned n_dec = decode_first(pl, a.hpb);
   check_plan(a, pl);

@@ -53,6 +53,21 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const I
   }
 }
 
+// Stages split rows dst[key][0..hd_pad) from the pool offsets in slot by cp.async (dims past
+// head_dim and masked keys as zeros), then commits the group. A thread copies one four-float
+// column of every (T / c4)-th key, so the loop has no division.
+template <int T>
+__device__ __forceinline__ void stage_tile(float* dst, const float* src, const int64_t* slot, int hd, int c4) {
+  const int kstep = T / c4, d4 = 4 * (static_cast<int>(threadIdx.x) % c4);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * c4 ? static_cast<int>(threadIdx.x) / c4 : kSplit;
+  for (int key = key0; key < kSplit; key += kstep) {
+    const int64_t off = slot[key];
+    const bool ok = off >= 0 && d4 < hd;
+    cp_async16(dst + key * kKs + d4, src + (ok ? off + d4 : 0), ok);
+  }
+  cp_async_commit();
+}
+
 // V columns past hd_pad are never staged, but dim tiles past it may read them: zeros, by T threads.
 template <int T>
 __device__ __forceinline__ void zero_v_tail(float* vs, int hdp) {
@@ -76,13 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
   auto stage = [&](float* dst, const float* src, int buf) {
-    for (int e = threadIdx.x; e < kSplit * c4; e += kThreads) {
-      const int key = e / c4, d = 4 * (e % c4);
-      const int64_t off = kslot[buf * kSplit + key];
-      const bool ok = off >= 0 && d < hd;
-      cp_async16(dst + key * kKs + d, src + (ok ? off + d : 0), ok);
-    }
-    cp_async_commit();
+    stage_tile<kThreads>(dst, src, kslot + buf * kSplit, hd, c4);
   };
   fill_slots<kThreads>(kslot, a, it, s0);
   stage_q<kThreads>(qs, kKs, a, r0, h0, P, kPairs);
@@ -255,16 +264,8 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
-  // A thread stages one four-float column of every kstep-th key (no division in the loop).
-  const int kstep = kDecThreads / c4, d4 = 4 * (threadIdx.x % c4);
-  const int key0 = static_cast<int>(threadIdx.x) < kstep * c4 ? static_cast<int>(threadIdx.x) / c4 : kSplit;
   auto stage = [&](float* dst, const float* src, int buf) {
-    for (int key = key0; key < kSplit; key += kstep) {
-      const int64_t off = kslot[buf * kSplit + key];
-      const bool ok = off >= 0 && d4 < hd;
-      cp_async16(dst + key * kKs + d4, src + (ok ? off + d4 : 0), ok);
-    }
-    cp_async_commit();
+    stage_tile<kDecThreads>(dst, src, kslot + buf * kSplit, hd, c4);
   };
   fill_slots<kDecThreads>(kslot, a, it, s0);
   stage_q<kDecThreads>(qs, kKs, a, r0, h0, P, kDecPairs);
