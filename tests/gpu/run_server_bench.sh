@@ -10,6 +10,11 @@
 #        builds run), converts it (bench/hf_to_gguf_llama.py), runs bench/bench_servers.py -n 64
 #        -p 512 -g 256 with 64 lanes / slots each, writes $OUT/bench_servers.jsonl and the logs.
 #        Every step is skipped when its output exists, so a rerun on a warm machine continues.
+#   tests/gpu/run_server_bench.sh pack-llama   HERE: after a CUDA build of llama-server here
+#        (build_llama's flags plus -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF, in $LLAMA_BUILD, default
+#        build-llama-cuda), strips it into .llamacpp/llama-server-cuda.tar.xz, cut into parts of
+#        20 MB (.llamacpp/part.N) when the whole would not fit one call's carry, and unpacks the gguf
+#        package the converter needs into .llamacpp/pylib.
 #   tests/gpu/run_server_bench.sh gpu-prebuilt   ON THE DEVICE: the same run from binaries built
 #        here (see the mode's comment), for sessions whose device time cannot fit the builds.
 #   tests/gpu/run_server_bench.sh tf-only   ON THE DEVICE: TensorFold alone ($TF_BIN, default
@@ -21,6 +26,12 @@
 # The `run` call for the next session (after `prepare` here; .devdeps carries the pcre2/utf8proc
 # headers tensorfold's build uses, as for run_device.sh):
 #   run(command="bash tests/gpu/run_server_bench.sh gpu", carry=[".llamacpp", ".devdeps"], timeout_s=600)
+# From pack-llama's parts instead (three calls, each within the warm machine's idle window):
+#   run(command="mkdir -p /tmp/llparts && cp .llamacpp/part.0 /tmp/llparts/", carry=[".llamacpp/part.0"])
+#   run(command="mkdir -p /tmp/llparts && cp .llamacpp/part.1 /tmp/llparts/", carry=[".llamacpp/part.1"])
+#   run(command="source tests/gpu/unpack.sh && bash tests/gpu/run_server_bench.sh gpu-prebuilt",
+#       carry=[".gpubin/tensorfold.xz", ".gpubin/libpcre2-8.so.0", ".gpubin/libutf8proc.so.2",
+#              ".llamacpp/part.2", ".llamacpp/pylib"], timeout_s=600)
 # TF_ARGS adds tensorfold serve arguments (for example "--chunk 2048", bigger rounds).
 # Results: $OUT/bench_servers.jsonl (one JSON line per server, then the ratio line), steps.log
 # (timings of each step), build/convert/server logs. If the call runs out of time, the same call
@@ -72,6 +83,24 @@ devdeps() {
 case "$MODE" in
 prepare)
   prepare ;;
+pack-llama)
+  B=${LLAMA_BUILD:-build-llama-cuda}
+  [ -x "$B/bin/llama-server" ] || { echo "pack-llama: no $B/bin/llama-server" >&2; exit 1; }
+  tmp=$(mktemp -d); mkdir -p "$tmp/lsrv" .llamacpp
+  cp "$B/bin/llama-server" "$tmp/lsrv/" && strip "$tmp/lsrv/llama-server" || exit 1
+  tar cJf .llamacpp/llama-server-cuda.tar.xz -C "$tmp" lsrv || exit 1
+  rm -rf "$tmp" .llamacpp/part.*
+  if [ "$(stat -c %s .llamacpp/llama-server-cuda.tar.xz)" -gt 20000000 ]; then
+    split -b 20000000 -d -a 1 .llamacpp/llama-server-cuda.tar.xz .llamacpp/part.
+    rm .llamacpp/llama-server-cuda.tar.xz
+  fi
+  if [ ! -d .llamacpp/pylib ]; then
+    tmp=$(mktemp -d)
+    pip download gguf --no-deps -d "$tmp" > /dev/null && python3 -m zipfile -e "$tmp"/gguf-*.whl .llamacpp/pylib
+    rm -rf "$tmp"
+  fi
+  grep -qx '/.llamacpp/' .git/info/exclude 2>/dev/null || echo '/.llamacpp/' >> .git/info/exclude
+  ls -la .llamacpp ;;
 gpu)
   devdeps
   [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
@@ -106,16 +135,28 @@ gpu)
   tail -5 "$OUT/bench_servers.err"; cat "$OUT/steps.log" ;;
 gpu-prebuilt)
   # As gpu, from binaries built elsewhere: $TF_BIN (default .gpubin/tensorfold, its libraries beside
-  # it) and .llamacpp/llama-server-cuda.tar.xz (a stripped llama-server built with -DGGML_CUDA=ON
-  # -DCMAKE_CUDA_ARCHITECTURES=90a -DBUILD_SHARED_LIBS=OFF, libgomp beside it). The converter needs
-  # the gguf Python package, which the card lacks: carry its folder and put it on PYTHONPATH. A call
-  # carries at most 64 MiB with the tracked tree, so a 42 MB tarball goes in parts (split -b 22M),
-  # copied to /tmp by back-to-back calls on the still-warm machine and joined before this runs.
+  # it) and pack-llama's llama-server tarball, with .llamacpp/pylib (the gguf package, which the
+  # card lacks) put on PYTHONPATH. A call carries at most 64 MiB with the tracked tree, so a
+  # tarball in parts comes over back-to-back calls on the still-warm machine: the first copies its
+  # parts to /tmp/llparts, the last carries the rest and runs this.
   TF_BIN=${TF_BIN:-.gpubin/tensorfold}
   MODEL=/dev/shm/l8b; GGUF=/dev/shm/l8b.gguf; LS=/tmp/lsrv
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
   step "start: $(cat "$OUT/gpu.txt")"
-  tar xJf .llamacpp/llama-server-cuda.tar.xz -C /tmp || exit 1
+  # Parts that earlier calls left in /tmp/llparts (`cp .llamacpp/part.* /tmp/llparts/`) join this
+  # call's own.
+  if [ ! -f .llamacpp/llama-server-cuda.tar.xz ]; then
+    : > /tmp/llama-server-cuda.tar.xz
+    for i in 0 1 2 3 4 5 6 7 8 9; do
+      part=.llamacpp/part.$i; [ -f "$part" ] || part=/tmp/llparts/part.$i
+      [ -f "$part" ] || break
+      cat "$part" >> /tmp/llama-server-cuda.tar.xz
+    done
+  else
+    cp .llamacpp/llama-server-cuda.tar.xz /tmp/
+  fi
+  tar xJf /tmp/llama-server-cuda.tar.xz -C /tmp || { step "llama-server tarball incomplete"; exit 1; }
+  [ -d .llamacpp/pylib ] && export PYTHONPATH=$PWD/.llamacpp/pylib${PYTHONPATH:+:$PYTHONPATH}
   export LD_LIBRARY_PATH=$(dirname "$TF_BIN")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   for lib in $(ldd "$LS/llama-server" | awk '/not found/ {print $1}'); do
     found=$(find / -name "$lib" -not -path '/proc/*' 2>/dev/null | head -1)
@@ -168,5 +209,5 @@ cpu-toy)
     -n 4 -p 32 -g 16 --check-prompts 4 --json-out "$OUT/bench_servers_toy.jsonl" --logs-dir "$OUT"
   rc=$?; rm -rf "$TOY"; exit $rc ;;
 *)
-  echo "usage: $0 prepare|gpu|gpu-prebuilt|tf-only|cpu-toy" >&2; exit 2 ;;
+  echo "usage: $0 prepare|pack-llama|gpu|gpu-prebuilt|tf-only|cpu-toy" >&2; exit 2 ;;
 esac
