@@ -2,7 +2,8 @@
 // depend on which slot of a k16 step each k sits in, and does wgmma (Hopper, operands in shared
 // memory) give mma.sync's bits for the same step? Random operands with wide exponents and
 // cancellation; prints the count of differing outputs per comparison and exits 0 only when the
-// matmul order rule's assumptions hold. Built as tf_probe_tensor_cores for 90a.
+// matmul order rule's assumptions hold. It also reports, apart from that verdict, whether
+// swapping the A and B roles keeps the bits. Built as tf_probe_tensor_cores for 90a.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -37,6 +38,25 @@ __device__ void by_mma_sync(const uint16_t* A, const uint16_t* B, const float* C
     float d[4] = {C[r0 * N + c], C[r0 * N + c + 1], C[r1 * N + c], C[r1 * N + c + 1]};
     mma_bf16(d, a, b0, b1);
     D[r0 * N + c] = d[0], D[r0 * N + c + 1] = d[1], D[r1 * N + c] = d[2], D[r1 * N + c + 1] = d[3];
+  }
+}
+
+// The same products with the roles swapped: B's 8 rows as the m side (rows 8..15 of the tile
+// zero) and A's 64 rows as the n side, warp w taking n tiles 2 w and 2 w + 1, from the transposed
+// accumulator; D is [8][64]. A decode tile of wgmma with weights as A and x as B must give these
+// bits, which are the order rule's when they equal the natural form's.
+__device__ void by_mma_sync_swapped(const uint16_t* A, const uint16_t* B, const float* C, float* D) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int nb = 2 * w; nb < 2 * w + 2; ++nb) {
+    const int n = 8 * nb + g;
+    const uint32_t a[4] = {pack2(B[g * kK + 2 * t], B[g * kK + 2 * t + 1]), 0u,
+                           pack2(B[g * kK + 2 * t + 8], B[g * kK + 2 * t + 9]), 0u};
+    const uint32_t b0 = pack2(A[n * kK + 2 * t], A[n * kK + 2 * t + 1]);
+    const uint32_t b1 = pack2(A[n * kK + 2 * t + 8], A[n * kK + 2 * t + 9]);
+    const int c = 8 * nb + 2 * t;
+    float d[4] = {C[c * 8 + g], C[(c + 1) * 8 + g], 0.0f, 0.0f};
+    mma_bf16(d, a, b0, b1);
+    D[g * kM + c] = d[0], D[g * kM + c + 1] = d[1];
   }
 }
 
@@ -108,7 +128,9 @@ __device__ void by_wgmma(const uint16_t* A, const uint16_t* B, const float* C, f
 }
 
 // Outputs per trial: 0 natural mma.sync, 1 the order rule's interleave, 2 a random slot order,
-// 3 wgmma n8, 4 wgmma n8 with lbo/sbo swapped, 5 wgmma n16 (columns 0..7 are the trial's).
+// 3 wgmma n8, 4 wgmma n8 with lbo/sbo swapped, 5 wgmma n16 (columns 0..7 are the trial's),
+// 6 mma.sync with the roles swapped ([8][64]).
+constexpr int kOuts = 7;
 __global__ void probe(const uint16_t* A, const uint16_t* B, const float* C, const int* perms,
                       float* out) {
   const int tr = blockIdx.x;
@@ -119,13 +141,14 @@ __global__ void probe(const uint16_t* A, const uint16_t* B, const float* C, cons
   const int* pn = perms;
   const int* pi = perms + 16;
   const int* pr = perms + 32 + tr * 16;
-  float* o = out + static_cast<size_t>(tr) * 6 * kM * 16;
+  float* o = out + static_cast<size_t>(tr) * kOuts * kM * 16;
   by_mma_sync(a, b, c8, pn, o + 0 * kM * 16, 8);
   by_mma_sync(a, b, c8, pi, o + 1 * kM * 16, 8);
   by_mma_sync(a, b, c8, pr, o + 2 * kM * 16, 8);
   by_wgmma<8>(a, b, c8, o + 3 * kM * 16, false);
   by_wgmma<8>(a, b, c8, o + 4 * kM * 16, true);
   by_wgmma<16>(a, b, c16, o + 5 * kM * 16, false);
+  by_mma_sync_swapped(a, b, c8, o + 6 * kM * 16);
 }
 
 uint16_t to_bf16(float f) {
@@ -188,7 +211,7 @@ int main() {
   uint16_t *dA, *dB;
   float *dC, *dO;
   int* dP;
-  const size_t outn = static_cast<size_t>(kTrials) * 6 * kM * 16;
+  const size_t outn = static_cast<size_t>(kTrials) * kOuts * kM * 16;
   cudaMalloc(&dA, A.size() * 2);
   cudaMalloc(&dB, B.size() * 2);
   cudaMalloc(&dC, C.size() * 4);
@@ -207,10 +230,11 @@ int main() {
   }
   std::vector<float> O(outn);
   cudaMemcpy(O.data(), dO, outn * 4, cudaMemcpyDeviceToHost);
-  const char* names[6] = {"natural",  "rule interleave", "random slots",
-                          "wgmma n8", "wgmma n8 control: lbo/sbo swapped", "wgmma n16"};
-  long diff[6] = {0, 0, 0, 0, 0, 0}, bad[6] = {0, 0, 0, 0, 0, 0};
-  double worst[6] = {0, 0, 0, 0, 0, 0};
+  const char* names[kOuts] = {"natural",  "rule interleave", "random slots",
+                              "wgmma n8", "wgmma n8 control: lbo/sbo swapped", "wgmma n16",
+                              "mma.sync, roles swapped"};
+  long diff[kOuts] = {}, bad[kOuts] = {};
+  double worst[kOuts] = {};
   for (int tr = 0; tr < kTrials; ++tr)
     for (int r = 0; r < kM; ++r)
       for (int n = 0; n < 8; ++n) {
@@ -220,10 +244,12 @@ int main() {
                            from_bf16(B[(tr * 16 + n) * kK + k]);
           exact += p, mag += std::fabs(p);
         }
-        const float* o = O.data() + static_cast<size_t>(tr) * 6 * kM * 16;
+        const float* o = O.data() + static_cast<size_t>(tr) * kOuts * kM * 16;
         const float base = o[r * 8 + n];
-        for (int v = 0; v < 6; ++v) {
-          const float x = v == 5 ? o[v * kM * 16 + r * 16 + n] : o[v * kM * 16 + r * 8 + n];
+        for (int v = 0; v < kOuts; ++v) {
+          const float x = v == 5   ? o[v * kM * 16 + r * 16 + n]
+                          : v == 6 ? o[v * kM * 16 + n * kM + r]
+                                   : o[v * kM * 16 + r * 8 + n];
           uint32_t bx, bb;
           std::memcpy(&bx, &x, 4), std::memcpy(&bb, &base, 4);
           if (bx != bb) ++diff[v];
@@ -232,7 +258,7 @@ int main() {
           if (e > worst[v]) worst[v] = e;
         }
       }
-  for (int v = 0; v < 6; ++v)
+  for (int v = 0; v < kOuts; ++v)
     std::printf("PROBE %-34s differs from natural mma.sync in %ld outputs; %ld beyond 1e-5 "
                 "of exact (worst %.3g)\n",
                 names[v], diff[v], bad[v], worst[v]);
@@ -241,5 +267,9 @@ int main() {
   bool ok = diff[4] > 0;
   for (int v : {0, 1, 2, 3, 5}) ok = ok && diff[v] == 0 && bad[v] == 0;
   std::printf("PROBE SUMMARY: %s\n", ok ? "slot order free, wgmma equals mma.sync" : "FAIL");
+  // Not yet relied on by a kernel, so it does not decide the exit status: whether a decode tile
+  // may put the weights in the A role.
+  std::printf("PROBE ROLES: %s\n", diff[6] == 0 && bad[6] == 0 ? "swapping A and B keeps the bits"
+                                                                : "swapping A and B changes the bits");
   return ok ? 0 : 1;
 }

@@ -21,5 +21,5 @@ done > "$OUT/contract_attention_forms.log"
 timeout 120 "$B"/tf_kernel_contract --filter @none --bench > "$OUT/contract_bench.log" 2>&1
 grep -E "SUMMARY|FAIL" "$OUT/contract.log" | head -30
 cat "$OUT/contract_attention_forms.log"
-[ -f "$OUT/probe.log" ] && grep SUMMARY "$OUT/probe.log"
+[ -f "$OUT/probe.log" ] && grep -E "SUMMARY|ROLES" "$OUT/probe.log"
 tail -6 "$OUT/tests_gpu.log"; tail -4 "$OUT/golden_gpu.log"; grep -iE "bench|us" "$OUT/contract_bench.log" | head -40
