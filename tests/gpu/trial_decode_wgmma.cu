@@ -25,22 +25,11 @@
 namespace tf::cuda::mm {
 namespace {
 
-constexpr int kBK = 64;    // positions of a stage row: two chunks of 32 k, 128 bytes
+constexpr int kBK = kSwzRow;  // positions of a stage row: two chunks of 32 k, 128 bytes
 constexpr int kST = 8;     // stages in the ring; ST - 2 are in flight while one is read
 constexpr int kRows = 8;   // x rows: the wgmma n side
 constexpr int kCols = 64;  // weight rows (output columns) a block takes: the wgmma m side
 constexpr int kStage = (kCols + 2 * kRows) * kBK;  // [w 64][x hi 8][x lo 8] rows of kBK
-
-// Element offset of (row r, position p) in a 128-byte-swizzled K-major tile.
-__device__ __forceinline__ int swz(int r, int p) { return r * kBK + (((p / 8) ^ (r % 8)) * 8) + p % 8; }
-
-// Descriptor of a 128-byte-swizzled K-major operand whose k16 step starts at p.
-__device__ __forceinline__ uint64_t desc128(const uint16_t* p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  constexpr uint64_t lbo = 16, sbo = 1024;
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) |
-         (uint64_t{1} << 62);
-}
 
 __device__ __forceinline__ void wgmma_m64n8(float (&d)[4], uint64_t da, uint64_t db) {
   asm volatile(
@@ -79,11 +68,11 @@ __global__ void __launch_bounds__(128, 2)
     for (int u = 0; u < kCols / 8; ++u) {
       const int r = wr0 + 8 * u;
       const bool ok = win && n0 + r < N;
-      cp_async8(s + swz(r, wpos), w + (ok ? (n0 + r) * K + k0 + 4 * wq : 0), ok);
+      cp_async8(s + swz_at(r, wpos), w + (ok ? (n0 + r) * K + k0 + 4 * wq : 0), ok);
     }
     const bool xok = xr < M && k0 + 8 * xc < Kp;
     const uint16_t* plane = xp ? xl : xh;
-    cp_async16(s + (kCols + xp * kRows) * kBK + swz(xr, 8 * xc), plane + (xok ? xr * Kp + k0 + 8 * xc : 0), xok);
+    cp_async16(s + (kCols + xp * kRows) * kBK + swz_at(xr, 8 * xc), plane + (xok ? xr * Kp + k0 + 8 * xc : 0), xok);
   };
   grid_wait();
   grid_launch_next();
@@ -108,9 +97,9 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
     for (int j = 0; j < kBK / 16; ++j) {
       if (j >= steps) break;
-      const uint64_t da = desc128(sw + 16 * j);
-      wgmma_m64n8(acc, da, desc128(sh + 16 * j));
-      wgmma_m64n8(acc, da, desc128(sl + 16 * j));
+      const uint64_t da = swz_desc(sw + 16 * j);
+      wgmma_m64n8(acc, da, swz_desc(sh + 16 * j));
+      wgmma_m64n8(acc, da, swz_desc(sl + 16 * j));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -137,13 +126,6 @@ struct Shape {
   int64_t M, K, N;
 };
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // Milliseconds a call of fn over `iters` runs, after two warm-ups.
 template <class F>
 float time_ms(F fn, int iters) {
@@ -166,7 +148,7 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
   const int64_t M = sh.M, K = sh.K, N = sh.N, Kp = (K + 31) / 32 * 32;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<uint16_t> wh(static_cast<size_t>(N * K));
-  for (auto& v : wh) v = to_bf16(nd(rng) * 0.05f);
+  for (auto& v : wh) v = f32_to_bf16(nd(rng) * 0.05f);
   std::vector<float> xs(static_cast<size_t>(M * K));
   for (auto& v : xs) v = nd(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
   // Enough copies of the weight that a rotation passes the 50 MB L2.

@@ -116,6 +116,24 @@ __device__ __forceinline__ void for_each_acc(int64_t r0, int64_t c0, F f) {
       for (int e = 0; e < 4; ++e) f(i, j, e, r0 + i * 16 + (e >= 2 ? 8 : 0), c0 + j * 8 + (e & 1));
 }
 
+// wgmma operand tiles in shared memory are K-major rows of kSwzRow positions (128 bytes), 16-byte
+// chunk c of row r kept at chunk c ^ (r % 8): the 128-byte swizzle, read without bank conflicts.
+constexpr int kSwzRow = 64;
+
+// Element offset of (row r, position p) in a tile.
+__device__ __forceinline__ int swz_at(int r, int p) {
+  return r * kSwzRow + (((p / 8) ^ (r % 8)) * 8) + p % 8;
+}
+
+// Descriptor of a swizzled K-major operand whose k16 step starts at p (8-row groups 1024 bytes
+// apart; the leading offset is unused in this mode).
+__device__ __forceinline__ uint64_t swz_desc(const uint16_t* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  constexpr uint64_t lbo = 16, sbo = 1024;
+  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) |
+         (uint64_t{1} << 62);
+}
+
 // Zeroes the m16n8 accumulators of a warp tile.
 template <int TM, int TN>
 __device__ __forceinline__ void zero_acc(float (&acc)[TM][TN][4]) {

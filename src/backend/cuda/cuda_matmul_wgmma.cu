@@ -16,23 +16,7 @@ namespace tf::cuda::mm {
 
 namespace {
 
-// Operand tiles in shared memory are K-major rows of kBK positions (128 bytes), 16-byte chunk c
-// of row r kept at chunk c ^ (r % 8): the 128-byte swizzle, read by wgmma without bank conflicts.
-constexpr int kBK = 64;
-
-// Element offset of (row r, position p) in a tile.
-__device__ __forceinline__ int swz_at(int r, int p) {
-  return r * kBK + (((p / 8) ^ (r % 8)) * 8) + p % 8;
-}
-
-// Descriptor of a swizzled K-major operand whose k16 step starts at p (8-row groups 1024 bytes
-// apart; the leading offset is unused in this mode).
-__device__ __forceinline__ uint64_t swz_desc(const uint16_t* p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  constexpr uint64_t lbo = 16, sbo = 1024;
-  return static_cast<uint64_t>((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) |
-         (uint64_t{1} << 62);
-}
+constexpr int kBK = kSwzRow;
 
 template <int N>
 __device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], uint64_t da, uint64_t db);
