@@ -18,6 +18,8 @@ namespace {
 
 constexpr int kBK = kSwzRow;
 
+// Only the sm_90a device pass has wgmma; others never reference these.
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int N>
 __device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], uint64_t da, uint64_t db);
 
@@ -58,6 +60,7 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], uint64_t da, uint
         "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(1));
 }
+#endif
 
 // Up to kWgMulti matmuls of one x in one launch (matmul_many): output i's column tiles follow
 // those of i - 1.
@@ -84,6 +87,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
               const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp,
               WgMulti ma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
   unsigned bx = blockIdx.x, tiles_x = gridDim.x;
@@ -93,7 +97,6 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
     if (static_cast<int>(blockIdx.z) >= ma.sp[i].s) return;
     w = ma.w[i], bias = ma.bias[i], y = ma.y[i], N = ma.N[i], sp = ma.sp[i], tiles_x = ma.tiles[i];
   }
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BK = kBK, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
   constexpr int kStage = (2 * BM + BN) * BK;
   static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");
