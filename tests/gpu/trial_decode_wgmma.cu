@@ -7,15 +7,18 @@
 // the slices' partials added in slice order; whether that gives the engine's bits rests on the
 // probe's slot-order and roles results (probe_tensor_cores.cu). For each shape it prints how
 // many outputs differ from the engine's matmul and both times, weights rotated past L2.
-//   tf_trial_decode_wgmma          (built for 90a beside tf_probe_tensor_cores)
+//   tf_trial_decode_wgmma [M,K,N ...]      (built for 90a beside tf_probe_tensor_cores)
+// TRIAL_FORM=4 runs four stages at four blocks an SM instead of eight at two.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -26,7 +29,6 @@ namespace tf::cuda::mm {
 namespace {
 
 constexpr int kBK = kSwzRow;  // positions of a stage row: two chunks of 32 k, 128 bytes
-constexpr int kST = 8;     // stages in the ring; ST - 2 are in flight while one is read
 constexpr int kRows = 8;   // x rows: the wgmma n side
 constexpr int kCols = 64;  // weight rows (output columns) a block takes: the wgmma m side
 constexpr int kStage = (kCols + 2 * kRows) * kBK;  // [w 64][x hi 8][x lo 8] rows of kBK
@@ -41,7 +43,9 @@ __device__ __forceinline__ void wgmma_m64n8(float (&d)[4], uint64_t da, uint64_t
 
 // One warpgroup: output columns n0 .. n0 + 63 of rows 0 .. M - 1 over slice blockIdx.y.
 // xh/xl: x's planes in step order ([M][Kp], split_x_kernel<true>); K % 8 == 0.
-__global__ void __launch_bounds__(128, 2)
+// kST stages in the ring (kST - 2 in flight while one is read), kPerSM blocks an SM.
+template <int kST, int kPerSM>
+__global__ void __launch_bounds__(128, kPerSM)
     trial_kernel(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
                  int64_t K, int64_t Kp, const uint16_t* __restrict__ w, float* __restrict__ y,
                  int64_t N, SplitArgs sp) {
@@ -169,8 +173,14 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
   TF_CUDA_CHECK(cudaMalloc(&part, static_cast<size_t>(split.s * M * N) * 4 + 4), "trial partials");
   TF_CUDA_CHECK(cudaMalloc(&counters, tiles * sizeof(unsigned)), "trial counters");
   TF_CUDA_CHECK(cudaMemset(counters, 0, tiles * sizeof(unsigned)), "trial counters");
-  const size_t smem = static_cast<size_t>(kST) * kStage * 2 + 1024;
-  TF_CUDA_CHECK(cudaFuncSetAttribute(trial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  // TRIAL_FORM=4: four stages at four blocks an SM instead of eight at two.
+  static const bool four = [] {
+    const char* e = std::getenv("TRIAL_FORM");
+    return e && std::string(e) == "4";
+  }();
+  auto kern = four ? trial_kernel<4, 4> : trial_kernel<8, 2>;
+  const size_t smem = static_cast<size_t>(four ? 4 : 8) * kStage * 2 + 1024;
+  TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)),
                 "trial smem");
   const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
@@ -180,7 +190,7 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
                   planes, planes + M * Kp);
     SplitArgs sp = split;
     sp.part = part, sp.counters = counters;
-    launch_kernel(trial_kernel, dim3(tiles, static_cast<unsigned>(sp.s)), 128, smem, planes,
+    launch_kernel(kern, dim3(tiles, static_cast<unsigned>(sp.s)), 128, smem, planes,
                   planes + M * Kp, M, K, Kp, w, yt.data, N, sp);
   };
   trial(0);
@@ -207,16 +217,27 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
 }  // namespace
 }  // namespace tf::cuda::mm
 
-int main() {
+int main(int argc, char** argv) {
   using namespace tf::cuda::mm;
   try {
     auto gpu = tf::make_cuda_backend(0);
     std::mt19937 rng(20261130);
     // Llama-3.1-8B's decode matmuls (o, q+k+v, gate or up, down, lm_head), eight rows, and odd
     // sizes: N past a 64-column tile, K ending inside a chunk and inside a stage.
-    const Shape shapes[] = {{1, 4096, 4096},  {1, 4096, 6144},  {1, 4096, 14336}, {1, 14336, 4096},
-                            {1, 4096, 128256}, {8, 4096, 14336}, {5, 4096, 4096},  {3, 2312, 1000},
-                            {1, 1048, 520},   {7, 776, 77}};
+    std::vector<Shape> shapes = {{1, 4096, 4096},  {1, 4096, 6144},  {1, 4096, 14336}, {1, 14336, 4096},
+                                 {1, 4096, 128256}, {8, 4096, 14336}, {5, 4096, 4096},  {3, 2312, 1000},
+                                 {1, 1048, 520},   {7, 776, 77}};
+    // Or the shapes given as M,K,N arguments.
+    if (argc > 1) shapes.clear();
+    for (int i = 1; i < argc; ++i) {
+      long long m = 0, k = 0, n = 0;
+      if (std::sscanf(argv[i], "%lld,%lld,%lld", &m, &k, &n) != 3 || m < 1 || m > 8 || k < 8 ||
+          k % 8 != 0 || n < 1) {
+        std::printf("ERROR: shape %s is not M,K,N with M 1..8 and K a multiple of 8\n", argv[i]);
+        return 2;
+      }
+      shapes.push_back({m, k, n});
+    }
     int64_t differ = 0;
     for (const Shape& s : shapes) differ += run(*gpu, s, rng);
     std::printf("TRIAL SUMMARY: %s\n", differ == 0 ? "bits equal to the engine's on every shape"
