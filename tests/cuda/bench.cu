@@ -85,7 +85,50 @@ struct MatmulShape {
   int iters;
 };
 
+// One thread a block adds 1 to its block's counter once the kernel before has ended: a link of a
+// dependent chain with nothing else to do.
+__global__ void chain_kernel(float* v) {
+  cuda::grid_wait();
+  cuda::grid_launch_next();
+  if (threadIdx.x == 0) v[blockIdx.x] += 1.0f;
+}
+
 }  // namespace
+
+void run_bench_launch(Backend&) {
+  constexpr int kChain = 256;
+  int sms = 0;
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "bench launch");
+  float* v = nullptr;
+  TF_CUDA_CHECK(cudaMalloc(&v, static_cast<size_t>(sms) * sizeof(float)), "bench launch");
+  TF_CUDA_CHECK(cudaMemset(v, 0, static_cast<size_t>(sms) * sizeof(float)), "bench launch");
+  for (const unsigned blocks : {1u, static_cast<unsigned>(sms)}) {
+    auto chain = [&](bool overlap) {
+      for (int i = 0; i < kChain; ++i) cuda::launch_on_stream(overlap, chain_kernel, blocks, 128, 0, v);
+    };
+    float us[4];  // overlapped, whole; then the same two replayed from a graph
+    for (int form = 0; form < 4; ++form) {
+      const bool overlap = form % 2 == 0;
+      if (form < 2) {
+        us[form] = 1e3f * time_ms([&] { chain(overlap); }, 5) / kChain;
+        continue;
+      }
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      TF_CUDA_CHECK(cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeThreadLocal), "bench launch");
+      chain(overlap);
+      TF_CUDA_CHECK(cudaStreamEndCapture(cuda::stream(), &graph), "bench launch");
+      TF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0), "bench launch");
+      us[form] = 1e3f * time_ms([&] { cudaGraphLaunch(exec, cuda::stream()); }, 5) / kChain;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    std::printf("BENCH launch chain of %d kernels of %u block%s: %.2f us a kernel overlapped (PDL), %.2f "
+                "whole; from a graph %.2f overlapped, %.2f whole\n",
+                kChain, blocks, blocks == 1 ? "" : "s", us[0], us[1], us[2], us[3]);
+  }
+  cudaFree(v);
+}
 
 void run_bench_moe(Backend& gpu) {
   bench_moe(gpu, [](const std::function<void()>& fn, int iters) { return time_ms(fn, iters); });

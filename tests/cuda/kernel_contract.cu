@@ -1,6 +1,6 @@
 // tf_kernel_contract: every CUDA kernel against the cpu backend, its batch invariance, and
 // planted faults that the same gates must catch. Exits 0 with a message when there is no GPU.
-//   tf_kernel_contract [--bench | --bench-few | --bench-moe] [--filter SUBSTRING]
+//   tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch] [--filter SUBSTRING]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -377,16 +377,17 @@ std::vector<Case> controls() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool bench = false, bench_few = false, bench_moe = false;
+  bool bench = false, bench_few = false, bench_moe = false, bench_launch = false;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a run cut short by a timeout
   std::string filter;  // --filter S: only the kernel cases whose names contain S, no controls
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
     else if (std::strcmp(argv[i], "--bench-moe") == 0) bench_moe = true;
     else if (std::strcmp(argv[i], "--bench-few") == 0) bench_few = true;
+    else if (std::strcmp(argv[i], "--bench-launch") == 0) bench_launch = true;
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else {
-      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe] [--filter SUBSTRING]\n");
+      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch] [--filter SUBSTRING]\n");
       return 2;
     }
   }
@@ -423,6 +424,7 @@ int main(int argc, char** argv) {
     if (bench) run_bench(*gpu);
     else if (bench_few) run_bench_few(*gpu);
     else if (bench_moe) run_bench_moe(*gpu);
+    else if (bench_launch) run_bench_launch(*gpu);
     return passed == static_cast<int>(ks.size()) && caught == static_cast<int>(cs.size()) ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
