@@ -31,7 +31,10 @@ int64_t get_int(const ojson& j, const char* key, int64_t lo, int64_t hi) {
   if (v.is_number_float()) {
     double d = v.get<double>();
     if (!std::isfinite(d) || std::floor(d) != d) bad(key, cat("'", key, "' must be an integer"));
-    if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+    // Cast only inside [-2^63, 2^63), where an int64 holds d; a bound like INT64_MAX rounds up
+    // to 2^63 as a double, so the range is checked on the integer.
+    if (d < -9223372036854775808.0 || d >= 9223372036854775808.0 || static_cast<int64_t>(d) < lo ||
+        static_cast<int64_t>(d) > hi)
       bad(key, cat("'", key, "' must be between ", lo, " and ", hi, ", got ", v.dump()));
     return static_cast<int64_t>(d);
   }

@@ -98,7 +98,7 @@ def test_chat_requires_messages(default_server):  # noqa: F811
     ("top_p", -1), ("top_p", 0), ("top_p", 1.5),
     ("min_p", -0.5), ("min_p", 2),
     ("presence_penalty", 2.5), ("frequency_penalty", -3), ("repetition_penalty", 0), ("repetition_penalty", 11),
-    ("seed", 2 ** 64), ("logprobs", 10 ** 6),
+    ("seed", 2 ** 64), ("seed", 2.0 ** 63), ("seed", -(2.0 ** 64)), ("logprobs", 10 ** 6),
 ])
 def test_out_of_range(default_server, field, value):  # noqa: F811
     expect_error(default_server.post("/v1/completions", body(**{field: value})), 400, field)
