@@ -248,6 +248,8 @@ void HttpConnection::do_write() {
   net::async_write(socket_, bufs, [self = shared_from_this(), last](const error_code& ec, size_t) {
     self->on_write(ec, last);
   });
+  // A closing connection has its linger deadline; a reply being handled gets one per write.
+  if (phase_ == Phase::Handling) arm_timer(options_.write_timeout);
 }
 
 void HttpConnection::on_write(const error_code& ec, bool last) {
@@ -256,6 +258,7 @@ void HttpConnection::on_write(const error_code& ec, bool last) {
   if (phase_ == Phase::Closed) return;
   if (ec) return close();
   if (last) return on_response_complete();
+  if (phase_ == Phase::Handling && queue_.empty()) cancel_timer();
   do_write();
 }
 
@@ -314,6 +317,11 @@ void HttpConnection::arm_timer(std::chrono::milliseconds d) {
   timer_.async_wait([self = shared_from_this(), gen](const error_code& ec) {
     if (ec || gen != self->timer_gen_ || self->phase_ == Phase::Closed) return;
     if (self->phase_ == Phase::Closing) return self->close();
+    // While a reply is handled the timer guards a write: one still pending ends the connection.
+    if (self->phase_ == Phase::Handling) {
+      if (self->write_pending_) self->close();
+      return;
+    }
     self->timed_out_ = true;
     error_code ignored;
     self->socket_.cancel(ignored);

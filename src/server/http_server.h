@@ -19,6 +19,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds header_read_timeout{10'000};  // from first byte to end of headers
   std::chrono::milliseconds body_read_timeout{60'000};    // whole body, so trickling is cut off
   std::chrono::milliseconds keep_alive_idle_timeout{60'000};
+  // A reply's bytes the client has not taken within this close the connection (its request is
+  // cancelled), so a client that stops reading holds neither a connection nor queued bytes.
+  std::chrono::milliseconds write_timeout{60'000};
   size_t max_connections = 1024;             // beyond: 503 and close
   std::chrono::milliseconds signal_grace{5'000};  // grace used by stop_on_signals without a callback
 };

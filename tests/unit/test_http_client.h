@@ -34,10 +34,12 @@ struct Response {
 
 class Client {
  public:
-  explicit Client(uint16_t port, int recv_timeout_ms = 3000) {
+  // rcvbuf > 0 shrinks the receive buffer first, so a client that stops reading stalls the server soon.
+  explicit Client(uint16_t port, int recv_timeout_ms = 3000, int rcvbuf = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     timeval tv{recv_timeout_ms / 1000, (recv_timeout_ms % 1000) * 1000};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);

@@ -142,6 +142,71 @@ TEST(HttpStream, ClientDisconnectMidStreamFiresOnClose) {
   }
 }
 
+// Writes 16 KiB chunks to r, one a millisecond, until a write fails, `chunks` were written, or
+// 20 s passed; then ends the stream. Returns the chunks written.
+int feed(const std::shared_ptr<HttpResponder>& r, int chunks) {
+  const auto until = Clock::now() + 20s;
+  int n = 0;
+  while (n < chunks && Clock::now() < until && r->write(std::string(16 << 10, 'x'))) {
+    ++n;
+    std::this_thread::sleep_for(1ms);
+  }
+  r->end();
+  return n;
+}
+
+TEST(HttpStream, ClientThatStopsReadingIsClosedAfterTheWriteTimeout) {
+  HttpServerOptions o;
+  o.write_timeout = 500ms;
+  HeldStream held;
+  TestServer s(o, held.handler(true));
+  Client c(s.port, 3000, 4096);
+  ASSERT_TRUE(c.send(post_request("/v1/completions", "{}")));
+  ASSERT_TRUE(c.read_head());
+  ASSERT_TRUE(c.read_chunk());
+  auto r = held.handed.get_future().get();
+  // The client reads nothing more: the socket buffers fill, a write stalls, and the deadline
+  // ends the connection, which cancels the request and frees what was queued.
+  auto t0 = Clock::now();
+  std::thread writer([&] { feed(r, 1 << 20); });
+  auto fut = held.closed_at.get_future();
+  const bool fired = fut.wait_for(10s) == std::future_status::ready;
+  writer.join();
+  ASSERT_TRUE(fired) << "on_close did not fire for a client that stopped reading";
+  EXPECT_GE(std::chrono::duration<double>(fut.get() - t0).count(), 0.5);
+  EXPECT_TRUE(r->closed());
+  for (int i = 0; i < 200 && s.server.connection_count() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(s.server.connection_count(), 0u);
+}
+
+TEST(HttpStream, SlowReaderKeepsItsStream) {
+  HttpServerOptions o;
+  o.write_timeout = 500ms;
+  HeldStream held;
+  TestServer s(o, held.handler(true));
+  Client c(s.port, 3000, 4096);
+  ASSERT_TRUE(c.send(post_request("/v1/completions", "{}")));
+  ASSERT_TRUE(c.read_head());
+  ASSERT_TRUE(c.read_chunk());
+  auto r = held.handed.get_future().get();
+  constexpr int kChunks = 64;  // 1 MiB, far more than the socket buffers hold
+  int written = 0;
+  std::thread writer([&] { written = feed(r, kChunks); });
+  // Reads in pauses shorter than the deadline: every write completes within it.
+  size_t got = 0;
+  for (;;) {
+    auto chunk = c.read_chunk();
+    ASSERT_TRUE(chunk) << "the stream broke after " << got << " bytes";
+    if (chunk->empty()) break;
+    got += chunk->size();
+    std::this_thread::sleep_for(2ms);
+  }
+  writer.join();
+  EXPECT_EQ(written, kChunks);
+  EXPECT_EQ(got, static_cast<size_t>(kChunks) * (16 << 10));
+  EXPECT_EQ(held.fired.load(), 0);
+}
+
 TEST(HttpStream, ClientLeavingBeforeAnyReplyFiresOnClose) {
   HeldStream held;
   TestServer s({}, held.handler(false));
