@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -41,11 +39,7 @@ int cmd_perplexity(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  std::ifstream in(file, std::ios::binary);
-  TF_CHECK(in, file, ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_text_input(file);
 
   SessionOptions so;
   so.model = model;

@@ -1,15 +1,14 @@
 // `tensorfold tokenize`: the token ids (and pieces) a model's tokenizer gives a text.
+#include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/model_session.h"
 #include "formats/model_files.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,23 +16,49 @@ namespace tf::cli {
 
 namespace {
 
-std::string read_all(std::istream& in) {
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 std::string ids_line(const std::vector<int32_t>& ids) {
   std::string s;
   for (size_t k = 0; k < ids.size(); ++k) s += (k ? "," : "") + std::to_string(ids[k]);
   return s;
 }
 
+// The next line of in, without its newline; false at the end of in. A line past kMaxEncodeBytes
+// is read to its end but kept only that far, and too_long says so.
+bool next_line(std::istream& in, std::string& line, bool& too_long) {
+  line.clear();
+  too_long = false;
+  bool any = false;
+  char buf[1 << 16];
+  for (;;) {
+    in.get(buf, sizeof buf, '\n');  // up to the newline, which stays in the stream
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got > 0) {
+      any = true;
+      const size_t keep = std::min(got, kMaxEncodeBytes - std::min(kMaxEncodeBytes, line.size()));
+      line.append(buf, keep);
+      too_long = too_long || keep < got;
+    }
+    if (in.eof()) return any;
+    in.clear();  // get() fails when the newline comes first
+    const int c = in.peek();
+    if (c == std::char_traits<char>::eof()) return any;
+    if (c == '\n') {
+      in.ignore();
+      return true;
+    }
+  }
+}
+
 // Per stdin line: a JSON string gives its ids; a JSON array of ids gives their decoded
 // text (special tokens kept); an error gives {"error": ...}. One JSON value per line out.
 int run_jsonl(const Tokenizer& tok, bool add_special, bool parse_special) {
+  std::ios::sync_with_stdio(false);  // cin and cout unbuffered through stdio read a byte a call
   std::string line;
-  while (std::getline(std::cin, line)) {
+  bool too_long = false;
+  while (next_line(std::cin, line, too_long)) {
     nlohmann::json out;
     try {
+      TF_CHECK(!too_long, "tokenize --jsonl: a line longer than ", kMaxEncodeBytes >> 20, " MiB");
       const auto j = nlohmann::json::parse(line);
       if (j.is_array()) {
         std::vector<int32_t> ids;
@@ -82,13 +107,8 @@ int cmd_tokenize(int argc, char** argv) {
   const bool add_special = !no_special, parse_special = !no_parse_special;
   if (jsonl) return run_jsonl(*tok, add_special, parse_special);
 
-  if (*file_opt) {
-    std::ifstream in(file, std::ios::binary);
-    TF_CHECK(in, "tokenize: cannot open --file '", file, "'");
-    text = read_all(in);
-  } else if (text == "-") {
-    text = read_all(std::cin);
-  }
+  if (*file_opt) text = read_text_input(file);
+  else if (text == "-") text = read_text_input("-");
   const auto ids = tok->encode(text, add_special, parse_special);
   if (pieces) {
     for (int32_t id : ids) std::printf("%d\t%s\n", id, tok->token_piece(id).c_str());

@@ -1,6 +1,9 @@
 #include "cli/model_session.h"
 
 #include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -55,6 +58,31 @@ SamplingParams sampling_defaults(const ModelFiles& files) {
   auto ds = g.find("do_sample");
   if (ds != g.end() && ds->is_boolean() && !ds->get<bool>()) p.temperature = 0.0f;
   return p;
+}
+
+std::string read_text_input(const std::string& path) {
+  const bool std_in = path == "-";
+  const std::string what = std_in ? std::string("stdin") : cat("'", path, "'");
+  auto too_big = [&](const std::string& size) {
+    fail(what, ": ", size, " is more than the ", kMaxEncodeBytes >> 20, " MiB one text may hold");
+  };
+  std::ifstream file;
+  if (!std_in) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxEncodeBytes) too_big(cat(size, " bytes"));
+    file.open(path, std::ios::binary);
+    TF_CHECK(file, what, ": cannot open");
+  }
+  std::istream& in = std_in ? std::cin : file;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxEncodeBytes) too_big("its text");
+  }
+  TF_CHECK(!in.bad(), what, ": read error");
+  return text;
 }
 
 std::vector<int32_t> parse_id_list(const std::string& s) {

@@ -44,4 +44,8 @@ void add_device_options(CLI::App& app, std::string& device, int& threads);
 // "1,2,3" -> ids; errors name the bad entry.
 std::vector<int32_t> parse_id_list(const std::string& s);
 
+// All of the text in file `path` ("-": stdin), for tokenizing; fails before reading past
+// kMaxEncodeBytes, or at once for a file larger than that.
+std::string read_text_input(const std::string& path);
+
 }  // namespace tf::cli

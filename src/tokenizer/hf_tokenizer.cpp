@@ -219,6 +219,7 @@ void HfTokenizer::split_added(std::vector<Item>& items, bool normalized, bool pa
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_special, bool parse_special) const {
+  check_encode_size(text);
   std::vector<int32_t> ids;
   if (add_special) ids = prefix_ids;
   std::vector<Item> items;

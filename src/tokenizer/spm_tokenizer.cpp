@@ -146,6 +146,7 @@ void SpmTokenizer::encode_text(const std::string& text, std::vector<int32_t>& ou
 }
 
 std::vector<int32_t> SpmTokenizer::encode(const std::string& raw, bool add_special, bool parse_special) const {
+  check_encode_size(raw);
   std::vector<int32_t> out;
   if (add_special && add_bos && bos_id >= 0) out.push_back(bos_id);
   const std::string s = utf8::sanitize(raw);

@@ -1,9 +1,14 @@
-// Whole-sequence decode shared by the tokenizers, and the streaming decoder.
+// Whole-sequence decode and the size check shared by the tokenizers, and the streaming decoder.
 #include "base/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace tf {
+
+void check_encode_size(const std::string& text) {
+  TF_CHECK(text.size() <= kMaxEncodeBytes, "tokenize: a text of ", text.size(), " bytes is more than the ",
+           kMaxEncodeBytes >> 20, " MiB one text may hold");
+}
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string bytes;

@@ -1,6 +1,7 @@
 #pragma once
 // Text <-> token ids. Byte-level BPE (tokenizer.json) and sentencepiece-style BPE with byte
 // fallback (GGUF tokenizer.ggml.* or tokenizer.json Metaspace models) behind one interface.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -9,6 +10,12 @@
 namespace tf {
 
 struct ModelFiles;
+
+// The most bytes one encode call takes: the merge loops index a text's symbols with int.
+constexpr size_t kMaxEncodeBytes = size_t{1} << 30;
+
+// Fails unless text fits one encode call.
+void check_encode_size(const std::string& text);
 
 class Tokenizer {
  public:

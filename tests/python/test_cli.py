@@ -52,6 +52,30 @@ def test_perplexity_reports_a_finite_value(tensorfold_bin, tmp_path):
     assert json.loads(r2.stdout)["perplexity"] == j["perplexity"]
 
 
+def test_text_inputs_past_the_tokenizer_limit_fail_fast(tensorfold_bin, tmp_path):
+    # A sparse file of 1 GiB + 1 byte reads as zeros: refused by its size before any read.
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate((1 << 30) + 1)
+    model = os.path.join(ROOT, "models", "default")
+    for args in (["tokenize", "--model", model, "--file", str(big)], ["perplexity", "--file", str(big)]):
+        r = run(tensorfold_bin, *args, timeout=60)
+        assert r.returncode != 0 and "MiB one text may hold" in r.stderr, (args, r.stderr[-500:])
+    # Through stdin the size is unknown: the read stops at the limit.
+    with open(big, "rb") as f:
+        r = subprocess.run([tensorfold_bin, "tokenize", "--model", model, "--text", "-"], stdin=f,
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "stdin" in r.stderr and "MiB one text may hold" in r.stderr, r.stderr[-500:]
+    # A --jsonl line past the limit gets an error line; the lines around it are served.
+    src = b'"ab"\n"' + b"a" * ((1 << 30) + 8) + b'"\n"ab"\n'
+    r = subprocess.run([tensorfold_bin, "tokenize", "--model", model, "--jsonl"], input=src,
+                       capture_output=True, timeout=120)
+    lines = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    assert r.returncode == 0 and len(lines) == 3, r.stderr[-500:]
+    assert lines[0] == lines[2] and isinstance(lines[0], list)
+    assert "longer than" in lines[1]["error"]
+
+
 def test_bench_prints_rates(tensorfold_bin):
     r = run(tensorfold_bin, "bench", "--pp", "32", "--tg", "8", "--batch", "1,2", "--json", "--threads", "2")
     assert r.returncode == 0, r.stderr

@@ -175,6 +175,23 @@ TEST(Tokenizer, SpmMergesByScoreAndFallsBackToBytes) {
   EXPECT_EQ(t->encode("a</s>", false), (std::vector<int32_t>{7, 2}));
 }
 
+TEST(Tokenizer, TextsPastTheEncodeLimitAreRefused) {
+  // Past the limit the merge loops' int symbol indices could wrap (a 2 GiB text from the CLI).
+  std::string big(kMaxEncodeBytes + 1, 'a');
+  HfTokenizer hf(byte_level_json(), "test");
+  auto spm = tiny_spm();
+  for (const Tokenizer* t : {static_cast<const Tokenizer*>(&hf), static_cast<const Tokenizer*>(spm.get())}) {
+    try {
+      t->encode(big, true);
+      ADD_FAILURE() << "a text of " << big.size() << " bytes was encoded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MiB one text may hold"), std::string::npos) << e.what();
+    }
+  }
+  big.resize(1000);
+  EXPECT_EQ(hf.decode(hf.encode(big, false), false), big);
+}
+
 TEST(Tokenizer, SpmRefusesMisspelledByteTokens) {
   EXPECT_THROW(tiny_spm({"<0x-1>"}), Error);
   EXPECT_THROW(tiny_spm({"<0xZZ>"}), Error);
