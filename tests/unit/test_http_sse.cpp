@@ -155,56 +155,63 @@ int feed(const std::shared_ptr<HttpResponder>& r, int chunks) {
   return n;
 }
 
-TEST(HttpStream, ClientThatStopsReadingIsClosedAfterTheWriteTimeout) {
-  HttpServerOptions o;
-  o.write_timeout = 500ms;
+// A stream on a server whose writes time out after 500 ms, to a client with a 4 KiB receive
+// buffer (so the server's writes stall soon once it stops reading), read past its first event.
+struct SmallBufferStream {
+  static HttpServerOptions options() {
+    HttpServerOptions o;
+    o.write_timeout = 500ms;
+    return o;
+  }
   HeldStream held;
-  TestServer s(o, held.handler(true));
-  Client c(s.port, 3000, 4096);
-  ASSERT_TRUE(c.send(post_request("/v1/completions", "{}")));
-  ASSERT_TRUE(c.read_head());
-  ASSERT_TRUE(c.read_chunk());
-  auto r = held.handed.get_future().get();
+  TestServer s{options(), held.handler(true)};
+  Client c{s.port, 3000, 4096};
+  std::shared_ptr<HttpResponder> r;
+
+  void open() {
+    ASSERT_TRUE(c.send(post_request("/v1/completions", "{}")));
+    ASSERT_TRUE(c.read_head());
+    ASSERT_TRUE(c.read_chunk());
+    r = held.handed.get_future().get();
+  }
+};
+
+TEST(HttpStream, ClientThatStopsReadingIsClosedAfterTheWriteTimeout) {
+  SmallBufferStream st;
+  ASSERT_NO_FATAL_FAILURE(st.open());
   // The client reads nothing more: the socket buffers fill, a write stalls, and the deadline
   // ends the connection, which cancels the request and frees what was queued.
   auto t0 = Clock::now();
-  std::thread writer([&] { feed(r, 1 << 20); });
-  auto fut = held.closed_at.get_future();
+  std::thread writer([&] { feed(st.r, 1 << 20); });
+  auto fut = st.held.closed_at.get_future();
   const bool fired = fut.wait_for(10s) == std::future_status::ready;
   writer.join();
   ASSERT_TRUE(fired) << "on_close did not fire for a client that stopped reading";
   EXPECT_GE(std::chrono::duration<double>(fut.get() - t0).count(), 0.5);
-  EXPECT_TRUE(r->closed());
-  for (int i = 0; i < 200 && s.server.connection_count() > 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(s.server.connection_count(), 0u);
+  EXPECT_TRUE(st.r->closed());
+  for (int i = 0; i < 200 && st.s.server.connection_count() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(st.s.server.connection_count(), 0u);
 }
 
 TEST(HttpStream, SlowReaderKeepsItsStream) {
-  HttpServerOptions o;
-  o.write_timeout = 500ms;
-  HeldStream held;
-  TestServer s(o, held.handler(true));
-  Client c(s.port, 3000, 4096);
-  ASSERT_TRUE(c.send(post_request("/v1/completions", "{}")));
-  ASSERT_TRUE(c.read_head());
-  ASSERT_TRUE(c.read_chunk());
-  auto r = held.handed.get_future().get();
+  SmallBufferStream st;
+  ASSERT_NO_FATAL_FAILURE(st.open());
   constexpr int kChunks = 64;  // 1 MiB, far more than the socket buffers hold
   int written = 0;
-  std::thread writer([&] { written = feed(r, kChunks); });
+  std::thread writer([&] { written = feed(st.r, kChunks); });
   // Reads in pauses shorter than the deadline: every write completes within it.
   size_t got = 0;
   for (;;) {
-    auto chunk = c.read_chunk();
-    ASSERT_TRUE(chunk) << "the stream broke after " << got << " bytes";
+    auto chunk = st.c.read_chunk();
+    if (!chunk) break;
     if (chunk->empty()) break;
     got += chunk->size();
     std::this_thread::sleep_for(2ms);
   }
   writer.join();
   EXPECT_EQ(written, kChunks);
-  EXPECT_EQ(got, static_cast<size_t>(kChunks) * (16 << 10));
-  EXPECT_EQ(held.fired.load(), 0);
+  EXPECT_EQ(got, static_cast<size_t>(kChunks) * (16 << 10)) << "the stream broke";
+  EXPECT_EQ(st.held.fired.load(), 0);
 }
 
 TEST(HttpStream, ClientLeavingBeforeAnyReplyFiresOnClose) {
