@@ -173,7 +173,6 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
   TF_CUDA_CHECK(cudaMalloc(&part, static_cast<size_t>(split.s * M * N) * 4 + 4), "trial partials");
   TF_CUDA_CHECK(cudaMalloc(&counters, tiles * sizeof(unsigned)), "trial counters");
   TF_CUDA_CHECK(cudaMemset(counters, 0, tiles * sizeof(unsigned)), "trial counters");
-  // TRIAL_FORM=4: four stages at four blocks an SM instead of eight at two.
   static const bool four = [] {
     const char* e = std::getenv("TRIAL_FORM");
     return e && std::string(e) == "4";
