@@ -114,15 +114,16 @@ def check_level(url, prompts, max_tokens, reference=None):
             "solo_s": t1 - t0, "concurrent_s": t2 - t1, "requests": len(jobs)}
 
 
-def run(levels, n_prompts=8, max_tokens=32, bin_path=None, url=None, threads=2, out=print):
-    """Runs every level; returns {level: result}. With url, levels only label runs against that server."""
+def run(levels, n_prompts=8, max_tokens=32, bin_path=None, url=None, threads=2, out=print, server_args=()):
+    """Runs every level; returns {level: result}. With url, levels only label runs against that server.
+    server_args go to every server this starts."""
     prompts = make_prompts(n_prompts)
     results, reference = {}, None
     for level in levels:
         if url:
             res = check_level(url, prompts, max_tokens, reference)
         else:
-            with server(["--parallel", level, "--threads", threads], bin_path=bin_path) as srv:
+            with server(["--parallel", level, "--threads", threads, *server_args], bin_path=bin_path) as srv:
                 res = check_level(srv.url, prompts, max_tokens, reference)
                 idle = srv.wait_idle()
                 if not idle["census_ok"]:
@@ -144,13 +145,16 @@ def main():
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2, help="--threads for servers this script starts")
+    ap.add_argument("--matmul-input", default="f32", choices=["f32", "bf16"],
+                    help="--matmul-input for servers this script starts")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--bin", default=None, help=f"tensorfold binary (default {DEFAULT_BIN})")
     g.add_argument("--url", default=None, help="use this running server instead of starting one")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",") if x.strip()]
     url = a.url.rstrip("/") if a.url else None
-    results = run(levels, a.prompts, a.max_tokens, a.bin, url, a.threads)
+    results = run(levels, a.prompts, a.max_tokens, a.bin, url, a.threads,
+                  server_args=("--matmul-input", a.matmul_input))
     bad = sum(r["unequal"] + r["failed"] for r in results.values())
     print("OK: all replies equal" if bad == 0 else f"FAIL: {bad} unequal or failed replies")
     return 1 if bad else 0

@@ -4,6 +4,14 @@
 
 namespace tf {
 
+MatmulInput parse_matmul_input(const std::string& s) {
+  if (s == "f32") return MatmulInput::F32;
+  if (s == "bf16") return MatmulInput::BF16;
+  fail("matmul input '", s, "': expected f32 or bf16");
+}
+
+const char* matmul_input_name(MatmulInput m) { return m == MatmulInput::BF16 ? "bf16" : "f32"; }
+
 void Backend::check_samples(const Tensor& logits, const std::vector<SampleSpec>& specs,
                             const std::vector<PenaltyToken>& pens) {
   std::vector<uint32_t> seen;  // spec index + 1 of each token's last mention, when there are penalties

@@ -155,11 +155,25 @@ struct GraphStats {
 // Thrown by a backend inside a graphed round for work a graph cannot hold; graph_round catches it.
 struct GraphRefused {};
 
+// How f32 activations enter a matmul with BF16 or F16 weights. F32: whole (on tensor cores as a
+// bf16 high part plus a bf16 low part, two products a step). BF16: rounded to bf16 (nearest even)
+// first, as engines that keep activations in bf16 do, for half the tensor-core work. Both are the
+// same for every row of every batch; Q8_0 weights always take x rounded to bf16 on the GPU and
+// F32 weights always take x whole.
+enum class MatmulInput { F32, BF16 };
+
+// "f32" or "bf16"; throws on anything else.
+MatmulInput parse_matmul_input(const std::string& s);
+const char* matmul_input_name(MatmulInput m);
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int threads() const { return 1; }
+  // Set once, before the first matmul (a graphed round keeps the launches it recorded).
+  void set_matmul_input(MatmulInput m) { matmul_input_ = m; }
+  MatmulInput matmul_input() const { return matmul_input_; }
   // Per-op device time for benchmarks: set_profiling(true) starts counting, profile_take()
   // returns the table since the last take (empty where the backend does not time its ops).
   virtual void set_profiling(bool) {}
@@ -330,6 +344,9 @@ class Backend {
   // dst[rows[i]] += w[i] * src[i], applied in i order
   virtual void scatter_add_scaled(Tensor dst, const Tensor& src, const int32_t* rows,
                                   const float* w, int n) = 0;
+
+ private:
+  MatmulInput matmul_input_ = MatmulInput::F32;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

@@ -108,7 +108,8 @@ int cmd_bench(int argc, char** argv) {
       ->check(CLI::Range(0.01f, 100.0f));
   app.add_option("--presence-penalty", sampling.presence_penalty, "decode presence penalty")->check(CLI::Range(-2.0f, 2.0f));
   std::string device = "auto";
-  add_device_options(app, device, threads);
+  std::string matmul_input = "f32";
+  add_device_options(app, device, threads, matmul_input);
   app.add_flag("--json", json, "one JSON object per line (on a GPU also tg_device_wait: the share of the timed decode the host spent blocked on the device)");
   app.add_flag("--profile", profile, "print each phase's device time per op to stderr (cuda)");
   try {
@@ -126,6 +127,7 @@ int cmd_bench(int argc, char** argv) {
   so.model = model;
   so.threads = threads;
   so.device = device;
+  so.matmul_input = matmul_input;
   so.need_tokenizer = false;
   so.engine.lanes = max_b;
   so.engine.context = std::max(pp, depth) + tg;
@@ -169,11 +171,11 @@ int cmd_bench(int argc, char** argv) {
     }
     if (json)
       std::printf(
-          "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"batch\": %d, \"pp\": %d, "
-          "\"tg\": %d, \"depth\": %d, \"temperature\": %g, \"top_p\": %g, \"pp_tps\": %.2f, "
-          "\"tg_tps\": %.2f%s}\n",
+          "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"matmul_input\": \"%s\", "
+          "\"batch\": %d, \"pp\": %d, \"tg\": %d, \"depth\": %d, \"temperature\": %g, \"top_p\": %g, "
+          "\"pp_tps\": %.2f, \"tg_tps\": %.2f%s}\n",
           (model.empty() ? default_model_path() : model).c_str(), s->backend->name().c_str(),
-          s->backend->threads(), b, pp, tg, depth, static_cast<double>(sampling.temperature),
+          s->backend->threads(), matmul_input_name(s->backend->matmul_input()), b, pp, tg, depth, static_cast<double>(sampling.temperature),
           static_cast<double>(sampling.top_p), best.pp_tps, best.tg_tps, wait_field);
     else
       std::printf("%-6d %8d %8d %12.2f %12.2f\n", b, pp, tg, best.pp_tps, best.tg_tps);

@@ -32,7 +32,8 @@ int cmd_perplexity(int argc, char** argv) {
   app.add_option("--file", file, "UTF-8 text file")->required();
   app.add_option("--window", window, "tokens per evaluation window (default: min(context, 1024))");
   std::string device = "auto";
-  add_device_options(app, device, threads);
+  std::string matmul_input = "f32";
+  add_device_options(app, device, threads, matmul_input);
   app.add_flag("--json", json, "print one JSON object");
   try {
     app.parse(argc, argv);
@@ -45,6 +46,7 @@ int cmd_perplexity(int argc, char** argv) {
   so.model = model;
   so.threads = threads;
   so.device = device;
+  so.matmul_input = matmul_input;
   auto probe = open_model(model.empty() ? default_model_path() : model);
   const int64_t ctx = probe.config.value("max_position_embeddings", int64_t{2048});
   if (window <= 0) window = static_cast<int>(std::min<int64_t>(ctx, 1024));

@@ -29,7 +29,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed (default: random)");
   app.add_flag("--ids", ids_out, "print the generated token ids instead of text");
   std::string device = "auto";
-  add_device_options(app, device, threads);
+  std::string matmul_input = "f32";
+  add_device_options(app, device, threads, matmul_input);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,6 +42,7 @@ int cmd_run(int argc, char** argv) {
   so.model = model;
   so.threads = threads;
   so.device = device;
+  so.matmul_input = matmul_input;
   so.need_tokenizer = !prompt.empty() || !ids_out;
   auto s = open_session(so);
   GenerationRequest req;

@@ -19,7 +19,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--parallel", o.parallel, "lanes: requests decoded at once")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--context", o.context, "tokens per lane (default: the model's full window)")->check(CLI::Range(0, 1 << 24));
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1/ routes");
-  add_device_options(app, o.device, o.threads);
+  add_device_options(app, o.device, o.threads, o.matmul_input);
   app.add_option("--max-queue", o.max_queue, "requests waiting for a lane before 429")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens, a multiple of 16 (default: 128 on the CPU, 512 on a GPU)")
       ->check(CLI::Range(16, 1 << 16));

@@ -25,6 +25,7 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   const std::string path = opt.model.empty() ? default_model_path() : opt.model;
   s->files = open_model(path);
   s->backend = make_backend(opt.device, opt.threads > 0 ? opt.threads : default_thread_count());
+  s->backend->set_matmul_input(parse_matmul_input(opt.matmul_input));
   s->model = load_model(s->files, *s->backend);
   const bool has_tokenizer = !s->files.tokenizer_json.is_null() ||
                              (s->files.gguf && s->files.gguf->find_meta("tokenizer.ggml.model"));
@@ -35,9 +36,14 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   return s;
 }
 
-void add_device_options(CLI::App& app, std::string& device, int& threads) {
+void add_device_options(CLI::App& app, std::string& device, int& threads, std::string& matmul_input) {
   app.add_option("--device", device, "cpu, cuda, cuda:N or auto (cuda when a GPU is present)")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (default: all cores)");
+  app.add_option("--matmul-input", matmul_input,
+                 "activations entering BF16/F16 matmuls: f32 (whole) or bf16 (rounded first, as bf16 engines do; "
+                 "half the GPU's tensor-core work)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
 }
 
 SamplingParams sampling_defaults(const ModelFiles& files) {

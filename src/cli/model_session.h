@@ -28,6 +28,7 @@ struct SessionOptions {
   std::string model;  // empty: the default model
   int threads = 0;    // 0: all cores
   std::string device = "auto";  // cpu | cuda | cuda:N | auto (cuda when a GPU is present)
+  std::string matmul_input = "f32";  // f32 | bf16 (MatmulInput)
   EngineOptions engine;
   bool need_tokenizer = true;  // false: load it only where the model has one
 };
@@ -38,8 +39,8 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt);
 // repetition_penalty; greedy when do_sample is false).
 SamplingParams sampling_defaults(const ModelFiles& files);
 
-// Adds --device and --threads to a command.
-void add_device_options(CLI::App& app, std::string& device, int& threads);
+// Adds --device, --threads and --matmul-input to a command.
+void add_device_options(CLI::App& app, std::string& device, int& threads, std::string& matmul_input);
 
 // "1,2,3" -> ids; errors name the bad entry.
 std::vector<int32_t> parse_id_list(const std::string& s);

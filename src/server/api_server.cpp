@@ -59,6 +59,7 @@ void ApiServer::load() {
     opt_.model_name = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
   }
   backend_ = make_backend(opt_.device, opt_.threads > 0 ? opt_.threads : default_thread_count());
+  backend_->set_matmul_input(parse_matmul_input(opt_.matmul_input));
   model_ = load_model(files_, *backend_);
   tok_ = load_tokenizer(files_);
   if (!tok_->chat_template.empty()) template_ = std::make_unique<ChatTemplate>(tok_->chat_template);
@@ -88,7 +89,8 @@ void ApiServer::load() {
            model_->vocab_size(), ") weights ", model_->weight_bytes() >> 20, " MiB");
   log_info("lanes ", eo.lanes, ", context ", engine_->context(), " tokens, KV pool ", st.pages_total, " pages of ",
            st.page_size, " (", st.kv_bytes >> 20, " MiB), process RSS ", mem.rss_bytes >> 20, " MiB, backend ",
-           backend_->name(), " (", backend_->threads(), " threads)");
+           backend_->name(), " (", backend_->threads(), " threads), matmul input ",
+           matmul_input_name(backend_->matmul_input()));
   ready_ = true;
   log_info("ready on http://", opt_.host, ":", opt_.port);
 }
@@ -255,7 +257,9 @@ std::string ApiServer::memory_json() const {
   ojson j = {
       {"limit_bytes", plan_.limit},
       {"process", {{"rss_bytes", mem.rss_bytes}, {"peak_rss_bytes", mem.peak_rss_bytes}}},
-      {"device", {{"backend", backend_->name()}, {"bytes_in_use", backend_->device_bytes_in_use()}}},
+      {"device", {{"backend", backend_->name()},
+                  {"matmul_input", matmul_input_name(backend_->matmul_input())},
+                  {"bytes_in_use", backend_->device_bytes_in_use()}}},
       {"model", {{"weights_bytes", model_->weight_bytes()}}},
       {"kv_pool", {{"pages_total", st.pages_total}, {"pages_free", st.pages_free}, {"pages_kept", st.pages_kept},
                    {"pages_used", st.pages_used}, {"page_size", st.page_size}, {"page_bytes", page_bytes},

@@ -30,6 +30,7 @@ struct ServeOptions {
   std::string api_key;
   int threads = 0;
   std::string device = "auto";
+  std::string matmul_input = "f32";  // f32 | bf16 (MatmulInput)
   int http_threads = 2;
   int max_queue = 256;
   int chunk = 0;  // prefill chunk grid; 0: 128 on the CPU, 512 on a GPU

@@ -88,6 +88,7 @@ std::string attention_multi_gate(const AttnFn& f, Backend& gpu, Backend& cpu, co
 MatmulFn control_matmul_korder_by_m();
 MatmulFn control_matmul_drop_last_k();
 MatmulFn control_matmul_x_bf16();
+MatmulFn control_matmul_x_whole();
 RmsFn control_rmsnorm_order_by_m();
 RopeFn control_rope_row_as_pos();
 ActFn control_act_gelu_erf();

@@ -31,10 +31,10 @@ void sync(const char* what) {
   TF_CUDA_CHECK(cudaDeviceSynchronize(), what);
 }
 
-// One thread per output over BF16 weights; reverse K order when M > 1 (fault 1), drop the
-// last k (fault 2) or round x to bf16 before multiplying (fault 3).
+// One thread per output over BF16 weights, x rounded to bf16 where round_x; reverse K order when
+// M > 1 (fault 1) or drop the last k (fault 2).
 __global__ void naive_matmul(const float* x, int64_t M, int64_t K, const uint16_t* w,
-                             const float* bias, float* y, int64_t N, int fault) {
+                             const float* bias, float* y, int64_t N, int fault, bool round_x) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
   const int64_t r = i / N, n = i % N;
@@ -42,19 +42,21 @@ __global__ void naive_matmul(const float* x, int64_t M, int64_t K, const uint16_
   const int64_t kend = fault == 2 ? K - 1 : K;
   for (int64_t j = 0; j < kend; ++j) {
     const int64_t k = fault == 1 && M > 1 ? K - 1 - j : j;
-    const float xv = fault == 3 ? __bfloat162float(__float2bfloat16_rn(x[r * K + k])) : x[r * K + k];
+    const float xv = round_x ? __bfloat162float(__float2bfloat16_rn(x[r * K + k])) : x[r * K + k];
     s = fmaf(xv, __bfloat162float(__ushort_as_bfloat16(w[n * K + k])), s);
   }
   y[i] = bias ? s + bias[n] : s;
 }
 
+// x as the backend's matmul input takes it, except fault 3 (rounded to bf16) and 4 (whole).
 MatmulFn naive_matmul_fn(int fault) {
-  return [fault](Backend&, const Tensor& x, const Weight& wt, const Weight* b, Tensor y) {
+  return [fault](Backend& be, const Tensor& x, const Weight& wt, const Weight* b, Tensor y) {
     const auto& w = as_cuda(wt, "control matmul");
     TF_CHECK(w.dtype == DType::BF16, "control matmul takes BF16 weights");
+    const bool round_x = fault == 3 || (fault != 4 && be.matmul_input() == MatmulInput::BF16);
     naive_matmul<<<cuda::grid_for(x.rows * y.cols, 128), 128>>>(
         x.data, x.rows, x.cols, static_cast<const uint16_t*>(w.data),
-        b ? as_cuda(*b, "control").f32 : nullptr, y.data, y.cols, fault);
+        b ? as_cuda(*b, "control").f32 : nullptr, y.data, y.cols, fault, round_x);
     sync("control matmul");
   };
 }
@@ -137,6 +139,7 @@ AttnFn naive_attention_fn(int fault) {
 MatmulFn control_matmul_korder_by_m() { return naive_matmul_fn(1); }
 MatmulFn control_matmul_drop_last_k() { return naive_matmul_fn(2); }
 MatmulFn control_matmul_x_bf16() { return naive_matmul_fn(3); }
+MatmulFn control_matmul_x_whole() { return naive_matmul_fn(4); }
 
 RmsFn control_rmsnorm_order_by_m() {
   return [](Backend&, const Tensor& x, const Weight& gw, float eps, bool add_one, Tensor y) {

@@ -316,7 +316,8 @@ std::vector<Case> kernels() {
   return v;
 }
 
-std::vector<Case> controls() {
+// With --matmul-input bf16 rounding x is right, so the x control keeps x whole instead.
+std::vector<Case> controls(MatmulInput mi) {
   std::vector<Case> v;
   v.push_back({"matmul whose K order depends on M", [](Backend& g, Backend& c) {
                  return matmul_gate_all(control_matmul_korder_by_m(), g, c, DType::BF16, 64, 48, 64, true, 11);
@@ -324,9 +325,14 @@ std::vector<Case> controls() {
   v.push_back({"matmul dropping the last k", [](Backend& g, Backend& c) {
                  return matmul_gate_all(control_matmul_drop_last_k(), g, c, DType::BF16, 64, 48, 64, true, 11);
                }});
-  v.push_back({"matmul rounding x to bf16", [](Backend& g, Backend& c) {
-                 return matmul_gate_all(control_matmul_x_bf16(), g, c, DType::BF16, 64, 48, 64, true, 11);
-               }});
+  if (mi == MatmulInput::F32)
+    v.push_back({"matmul rounding x to bf16", [](Backend& g, Backend& c) {
+                   return matmul_gate_all(control_matmul_x_bf16(), g, c, DType::BF16, 64, 48, 64, true, 11);
+                 }});
+  else
+    v.push_back({"matmul taking x whole under --matmul-input bf16", [](Backend& g, Backend& c) {
+                   return matmul_gate_all(control_matmul_x_whole(), g, c, DType::BF16, 64, 48, 64, true, 11);
+                 }});
   v.push_back({"rmsnorm whose order depends on M", [](Backend& g, Backend& c) {
                  return rmsnorm_gate(control_rmsnorm_order_by_m(), g, c, DType::F32, 4096, false, 21);
                }});
@@ -380,14 +386,18 @@ int main(int argc, char** argv) {
   bool bench = false, bench_few = false, bench_moe = false, bench_launch = false;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a run cut short by a timeout
   std::string filter;  // --filter S: only the kernel cases whose names contain S, no controls
+  MatmulInput mi = MatmulInput::F32;  // --matmul-input bf16: both backends round x into matmuls
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) bench = true;
     else if (std::strcmp(argv[i], "--bench-moe") == 0) bench_moe = true;
     else if (std::strcmp(argv[i], "--bench-few") == 0) bench_few = true;
     else if (std::strcmp(argv[i], "--bench-launch") == 0) bench_launch = true;
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    else if (std::strcmp(argv[i], "--matmul-input") == 0 && i + 1 < argc &&
+             (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
+      mi = parse_matmul_input(argv[++i]);
     else {
-      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch] [--filter SUBSTRING]\n");
+      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch] [--filter SUBSTRING] [--matmul-input f32|bf16]\n");
       return 2;
     }
   }
@@ -398,9 +408,12 @@ int main(int argc, char** argv) {
   try {
     auto gpu = make_cuda_backend(0);
     auto cpu = make_cpu_backend(2);
-    std::printf("gpu backend: %s, reference: %s\n", gpu->name().c_str(), cpu->name().c_str());
+    gpu->set_matmul_input(mi);
+    cpu->set_matmul_input(mi);
+    std::printf("gpu backend: %s, reference: %s, matmul input %s\n", gpu->name().c_str(),
+                cpu->name().c_str(), matmul_input_name(mi));
     int passed = 0, caught = 0;
-    auto ks = kernels(), cs = controls();
+    auto ks = kernels(), cs = controls(mi);
     if (!filter.empty()) {
       std::erase_if(ks, [&](const Case& c) { return c.name.find(filter) == std::string::npos; });
       cs.clear();

@@ -3,6 +3,7 @@
 `tensorfold run --device cuda` and `--device cpu`, compared up to the reference's first step
 whose top-2 margin is below 1e-3. Run on a machine with a GPU:
     python3 tests/gpu/golden_gpu.py build-gpu/tensorfold [FIXTURE_PREFIX ...]
+MATMUL_INPUT=bf16 runs both devices with --matmul-input bf16; the reference stays transformers' f32.
 """
 import json
 import os
@@ -10,10 +11,12 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MATMUL_INPUT = os.environ.get("MATMUL_INPUT", "f32")
 
 
 def greedy(binary, model, device, prompt, n):
-    out = subprocess.run([binary, "run", "--model", model, "--device", device, "--prompt-ids",
+    out = subprocess.run([binary, "run", "--model", model, "--device", device, "--matmul-input", MATMUL_INPUT,
+                          "--prompt-ids",
                           ",".join(map(str, prompt)), "--ids", "--temperature", "0", "--max-tokens", str(n)],
                          capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
@@ -44,7 +47,7 @@ def main():
                         print(f"{name} prompt {len(case['prompt'])}: step {step} gpu {gpu[step]} cpu {cpu[step]} "
                               f"ref {ref} margin {case['steps'][step]['margin']:.2e}")
                     break
-    print(f"golden on GPU: {compared} steps compared, {unequal_ref} unequal to transformers, {unequal_cpu} unequal to CPU")
+    print(f"golden on GPU (matmul input {MATMUL_INPUT}): {compared} steps compared, {unequal_ref} unequal to transformers, {unequal_cpu} unequal to CPU")
     return 1 if unequal_ref or unequal_cpu else 0
 
 

@@ -52,6 +52,24 @@ def test_perplexity_reports_a_finite_value(tensorfold_bin, tmp_path):
     assert json.loads(r2.stdout)["perplexity"] == j["perplexity"]
 
 
+def test_matmul_input_is_chosen_reported_and_checked(tensorfold_bin, tmp_path):
+    # bf16 input changes the default model's numbers a little (its weights are BF16), not a lot.
+    text = tmp_path / "t.txt"
+    text.write_text("Fortune favors the bold, and the bold are seldom idle. " * 12)
+    ppl = {}
+    for mode in ("f32", "bf16"):
+        r = run(tensorfold_bin, "perplexity", "--file", str(text), "--window", "64", "--json", "--matmul-input", mode)
+        assert r.returncode == 0, r.stderr
+        ppl[mode] = json.loads(r.stdout)["perplexity"]
+    assert ppl["f32"] != ppl["bf16"] and abs(ppl["bf16"] / ppl["f32"] - 1) < 0.05, ppl
+    r = run(tensorfold_bin, "bench", "--pp", "16", "--tg", "2", "--batch", "1", "--json", "--threads", "2",
+            "--matmul-input", "bf16")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["matmul_input"] == "bf16"
+    bad = run(tensorfold_bin, "run", "--prompt", "x", "--matmul-input", "fp16")
+    assert bad.returncode != 0 and "--matmul-input" in bad.stderr
+
+
 def test_text_inputs_past_the_tokenizer_limit_fail_fast(tensorfold_bin, tmp_path):
     # A sparse file of 1 GiB + 1 byte reads as zeros: refused by its size before any read.
     big = tmp_path / "big.txt"

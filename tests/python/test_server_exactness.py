@@ -24,3 +24,15 @@ def test_concurrent_equals_solo_across_levels(tensorfold_bin):
     solo = results[1]["solo"]
     assert any(solo[("t0", i)] != solo[("t1", i)] for i in range(4))
     assert len({tuple(v) for v in solo.values()}) == len(solo)
+
+
+def test_concurrent_equals_solo_with_bf16_matmul_input(tensorfold_bin):
+    bench = _bench()
+    lines = []
+    results = bench.run([1, 4], n_prompts=4, max_tokens=8, bin_path=tensorfold_bin, out=lines.append,
+                        server_args=("--matmul-input", "bf16"))
+    report = "\n".join(lines)
+    for r in results.values():
+        assert r["failed"] == 0 and r["unequal"] == 0, report
+    with bench.server(["--parallel", 1, "--threads", 2, "--matmul-input", "bf16"], bin_path=tensorfold_bin) as srv:
+        assert srv.memory()["device"]["matmul_input"] == "bf16"

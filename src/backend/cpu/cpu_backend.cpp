@@ -217,6 +217,15 @@ void CpuBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, T
   if (m == 0 || N == 0) return;
   MatmulBlock blk{x.data, x.cols, nullptr, 0, w.rows_view(), bias ? bias_f32.data() : nullptr,
                   y.data, y.cols};
+  // --matmul-input bf16: x rounded to bf16 as the GPU's tensor cores take it, element by element.
+  std::vector<float> xr;
+  if (matmul_input() == MatmulInput::BF16 && (w.dtype == DType::BF16 || w.dtype == DType::F16)) {
+    xr.resize(static_cast<size_t>(m * x.cols));
+    for_rows(m, m * x.cols, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * x.cols; i < e * x.cols; ++i) xr[i] = bf16_to_f32(f32_to_bf16(x.data[i]));
+    });
+    blk.x = xr.data();
+  }
   // Q8_0: each activation row is quantized once, from that row alone, before any tile runs.
   std::vector<uint8_t> xq;
   if (w.dtype == DType::Q8_0) {

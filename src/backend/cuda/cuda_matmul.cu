@@ -15,16 +15,16 @@ using namespace mm;
 
 // Shared-memory bytes of one instantiation: A hi (+ lo), B (+ F16 lo), Q8 scales, and for a
 // block that folds slices the running totals.
-template <int BM, int BN, int BK, int WT, bool kGrid>
+template <int BM, int BN, int BK, int WT, bool kGrid, bool kXLo>
 constexpr int smem_bytes() {
-  return ((WT == kQ8 ? 1 : 2) * BM + (WT == kF16 ? 2 : 1) * BN) * (BK + 8) * 2 +
+  return ((WT != kQ8 && kXLo ? 2 : 1) * BM + (WT == kF16 ? 2 : 1) * BN) * (BK + 8) * 2 +
          BN * (BK / 32) * 4 + (kGrid ? 0 : BM * BN * 4);
 }
 
 // One block computes a BM x BN tile of y, walking K in tiles of BK (a multiple of 32 dividing
 // kSliceUnit). kGrid: blockIdx.z is the slice and partials meet in sp.part; otherwise the
-// block walks every slice and folds each slice's chain into its total.
-template <int BM, int BN, int BK, int WM, int WN, int WT, bool kGrid>
+// block walks every slice and folds each slice's chain into its total. kXLo: x enters as hi + lo.
+template <int BM, int BN, int BK, int WM, int WN, int WT, bool kGrid, bool kXLo>
 __global__ void __launch_bounds__(WM * WN * 32)
     mma_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                const float* __restrict__ wscale, const float* __restrict__ bias,
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
   grid_launch_next();
   constexpr int kThreads = WM * WN * 32, LDS = BK + 8;
   constexpr int TM = BM / WM / 16, TN = BN / WN / 8;
-  constexpr bool kSplitX = WT != kQ8, kSplitW = WT == kF16;
+  constexpr bool kSplitX = WT != kQ8 && kXLo, kSplitW = WT == kF16;
   static_assert(kSliceUnit % BK == 0 && BK % 32 == 0, "a tile never crosses a slice");
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* As = smem;                                  // [BM][LDS] bf16 bits of x (hi)
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
               mma_bf16(part[i][j], a[i], b0, b1);
             } else {
               mma_bf16(acc[i][j], a[i], b0, b1);
-              mma_bf16(acc[i][j], al[i], b0, b1);
+              if (kSplitX) mma_bf16(acc[i][j], al[i], b0, b1);
               if (kSplitW) mma_bf16(acc[i][j], a[i], c0, c1);
             }
           }
@@ -274,11 +274,11 @@ __global__ void f32_matmul(const float* __restrict__ x, int64_t M, int64_t K,
   if (lane == 0) y[r * N + n] = bias ? __fadd_rn(s, bias[n]) : s;
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int WT, bool kGrid>
+template <int BM, int BN, int BK, int WM, int WN, int WT, bool kGrid, bool kXLo>
 void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias, Tensor y,
                 SplitArgs sp) {
-  constexpr int kSmem = smem_bytes<BM, BN, BK, WT, kGrid>();
-  auto kern = mma_matmul<BM, BN, BK, WM, WN, WT, kGrid>;
+  constexpr int kSmem = smem_bytes<BM, BN, BK, WT, kGrid, kXLo>();
+  auto kern = mma_matmul<BM, BN, BK, WM, WN, WT, kGrid, kXLo>;
   static bool raised = false;  // one attribute call per instantiation
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, BM, BN, x, y, sp);
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
@@ -288,6 +288,13 @@ void launch_mma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const flo
 }
 
 
+template <int WT, bool kXLo>
+void launch_mma_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
+                     Tensor y, const SplitArgs& sp) {
+  if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT, true, kXLo>(be, x, w, bias, y, sp);
+  else launch_mma<128, 128, 32, 2, 4, WT, false, kXLo>(be, x, w, bias, y, sp);
+}
+
 template <int WT>
 void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                     Tensor y) {
@@ -296,8 +303,8 @@ void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const
   if (x.rows <= 16) launch_few_rows(be, x, w, bias, y, sp);
   else if (launch_bf16_wgmma(be, x, w, bias, y, sp)) return;
   else if (launch_bf16_pipe(be, x, w, bias, y, sp)) return;
-  else if (x.rows <= 64) launch_mma<64, 64, 64, 2, 2, WT, true>(be, x, w, bias, y, sp);
-  else launch_mma<128, 128, 32, 2, 4, WT, false>(be, x, w, bias, y, sp);
+  else if (WT == kQ8 || x_lo(be)) launch_mma_rows<WT, true>(be, x, w, bias, y, sp);
+  else launch_mma_rows<WT, WT == kQ8>(be, x, w, bias, y, sp);  // Q8 never takes a lo plane
 }
 
 

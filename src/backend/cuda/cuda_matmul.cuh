@@ -9,7 +9,8 @@
 // k = 8 t + 4 s + {2, 3} into slots 8 + 2 t + {0, 1} (t = 0..3), so one thread's operands of a
 // chunk are 8 consecutive k (one 16-byte weight load). BF16/F16: x is split as hi = bf16(x),
 // lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights (split exactly as
-// whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). Q8_0: x rounded to bf16,
+// whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). With --matmul-input
+// bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0: x rounded to bf16,
 // int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
 // acc = fma(scale, block_sum, acc). The slices' sums are added in slice order (p0 + p1, + p2,
 // ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the last block of
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -64,6 +66,16 @@ static_assert(kSliceUnit % (32 * kSkinnyUnroll) == 0, "a skinny step never cross
 constexpr int64_t kSplitCols = 32;
 // Columns of a few-row block whose warps own tn tiles of 8.
 __host__ __device__ constexpr int skinny_cols(int tn) { return 8 * kSkinnyWarps * tn; }
+
+// Whether x enters BF16/F16 matmuls as hi + lo (MatmulInput::F32) or as hi alone (BF16).
+inline bool x_lo(const CudaBackend& be) { return be.matmul_input() == MatmulInput::F32; }
+
+// Calls f with std::bool_constant<x_lo(be)>.
+template <class F>
+void with_xlo(const CudaBackend& be, F f) {
+  if (x_lo(be)) f(std::true_type{});
+  else f(std::false_type{});
+}
 
 struct SplitArgs {
   int64_t ks;  // slice length
@@ -205,7 +217,8 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
   }
 }
 
-// hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K); one thread per 8 k.
+// hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is
+// null; one thread per 8 k.
 // kStepOrder: each chunk of 32 is stored as its two steps' k in turn (position 16 s + 4 t + e
 // holds k = 8 t + 4 s + e), so a step's 16 k are contiguous, as wgmma reads them.
 template <bool kStepOrder>
@@ -239,24 +252,26 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K
     const int64_t c = k / 32 * 32, p = 4 * (k % 32 / 8);
     *reinterpret_cast<uint2*>(hi + r * Kp + c + p) = make_uint2(h[0], h[1]);
     *reinterpret_cast<uint2*>(hi + r * Kp + c + 16 + p) = make_uint2(h[2], h[3]);
+    if (!lo) return;
     *reinterpret_cast<uint2*>(lo + r * Kp + c + p) = make_uint2(l[0], l[1]);
     *reinterpret_cast<uint2*>(lo + r * Kp + c + 16 + p) = make_uint2(l[2], l[3]);
   } else {
     *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
+    if (lo) *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
   }
 }
 
 // Splits x into the hi/lo planes of the many-row tiles, in the launch's scratch slot; returns hi
-// (lo follows it, M * Kp further on).
+// (lo follows it, M * Kp further on, where x_lo(be)).
 template <bool kStepOrder>
 inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   const int64_t M = x.rows, K = x.cols;
+  const int planes = x_lo(be) ? 2 : 1;
   auto* hi = static_cast<uint16_t*>(
-      be.buffer(kSlotSplitX, static_cast<uint64_t>(2 * M * Kp) * sizeof(uint16_t)));
+      be.buffer(kSlotSplitX, static_cast<uint64_t>(planes * M * Kp) * sizeof(uint16_t)));
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
   launch_kernel(split_x_kernel<kStepOrder>, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp,
-                vec, hi, hi + M * Kp);
+                vec, hi, planes == 2 ? hi + M * Kp : nullptr);
   return hi;
 }
 

@@ -65,9 +65,11 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 // kGroup: blockIdx.z is a work item of gr (one expert's rows, at most 16): its weight comes from
 // gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
 // kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
+// kXLo: x enters BF16/F16 weights as hi + lo (--matmul-input f32), else as hi alone.
 // Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
 // would spill at that cap.
-template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false>
+template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false,
+          bool kXLo = true>
 __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 ? 1 : 4)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
@@ -75,7 +77,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
                   GroupedRows gr, MultiArgs ma) {
   constexpr int U = kSkinnyUnroll / TN, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
   constexpr int BN = skinny_cols(TN);
-  constexpr bool kLo = WT != kQ8;
+  constexpr bool kLo = WT != kQ8 && kXLo;
   // Operand words of one step: [row][group][hi 0..3, lo 0..3].
   __shared__ __align__(16) uint32_t xs[R][G][8];
   // An MoE item's rows come from the routing kernel; a plain matmul's weights are ready, so its
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       }
       split8<kLo>(v, hi, lo);
       *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      if (kLo) *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
     if (kPreX && kc + 32 * U < kend) load_xv(kc + 32 * U);
     __syncthreads();
@@ -290,7 +292,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
           } else {
             const uint32_t l[4] = {al[2 * st], bl[2 * st], al[2 * st + 1], bl[2 * st + 1]};
             mma_bf16(acc[j], a, b0, b1);
-            mma_bf16(acc[j], l, b0, b1);
+            if (kLo) mma_bf16(acc[j], l, b0, b1);
             if (WT == kF16) mma_bf16(acc[j], a, wl[2 * st], wl[2 * st + 1]);
           }
         }
@@ -355,6 +357,14 @@ void with_prex(bool fits, F f) {
   else f(std::false_type{});
 }
 
+// Calls f with std::bool_constant<kXLo>: with_xlo's, except Q8_0 (x always without lo) takes one
+// instantiation.
+template <int WT, class F>
+void with_wt_xlo(const CudaBackend& be, F f) {
+  if constexpr (WT == kQ8) f(std::true_type{});
+  else with_xlo(be, f);
+}
+
 // Column tiles of 8 a warp of the few-row kernel owns: two once one-tile blocks would pass one
 // wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2 forces it
 // (side-by-side timing). The chains, and so the bits, are the same.
@@ -387,11 +397,13 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
       sp.counters = be.matmul_counters(grid.x);
     }
     with_prex<WT>(x.rows <= 8, [&](auto prex) {
-      constexpr bool P = decltype(prex)::value;
-      auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false>
-                             : skinny_matmul<WT, false, false, false, TN, P>;
-      launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales, bias,
-                    y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+      with_wt_xlo<WT>(be, [&](auto xlo) {
+        constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
+        auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false, L>
+                               : skinny_matmul<WT, false, false, false, TN, P, L>;
+        launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales,
+                      bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+      });
     });
   });
 }
@@ -426,11 +438,13 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
     with_prex<WT>(x.rows <= 8, [&](auto prex) {
-      constexpr bool P = decltype(prex)::value;
-      auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN, false>
-                             : skinny_matmul<WT, false, false, true, TN, P>;
-      launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
-                    nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+      with_wt_xlo<WT>(be, [&](auto xlo) {
+        constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
+        auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN, false, L>
+                               : skinny_matmul<WT, false, false, true, TN, P, L>;
+        launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
+                      nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+      });
     });
   });
 }
@@ -457,11 +471,13 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
     // Items of at most 8 rows take the 8-row tile, as a plain matmul of that many rows does.
     // The one-tile grouped form spills at its register cap with the preload, so it goes without.
     with_prex<WT>(gr.rows_max <= 8 && TN == 2, [&](auto prex) {
-      constexpr bool P = decltype(prex)::value;
-      auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false>
-                                  : skinny_matmul<WT, false, true, false, TN, P && TN == 2>;
-      launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y, N,
-                    vec_x, vec_w, sp, gr, MultiArgs{});
+      with_wt_xlo<WT>(be, [&](auto xlo) {
+        constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
+        auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false, L>
+                                    : skinny_matmul<WT, false, true, false, TN, P && TN == 2, L>;
+        launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y,
+                      N, vec_x, vec_w, sp, gr, MultiArgs{});
+      });
     });
   });
 }

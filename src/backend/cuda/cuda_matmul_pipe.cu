@@ -22,9 +22,10 @@ __device__ __forceinline__ int chunk_at(int row, int c) {
 }
 
 // One block computes a BM x BN tile of y through ST stages of [x hi | x lo | w] tiles of BK k
-// (one or two chunks of the order rule). kGrid: blockIdx.z is the slice and partials meet in
-// sp.part; otherwise the block walks every slice and folds each slice's chain into y as it ends.
-template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid>
+// (one or two chunks of the order rule; no x lo without kXLo). kGrid: blockIdx.z is the slice and
+// partials meet in sp.part; otherwise the block walks every slice and folds each slice's chain
+// into y as it ends.
+template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid, bool kXLo>
 __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
     pipe_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
                 int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
   grid_wait();
   grid_launch_next();
   constexpr int kThreads = WM * WN * 32, TM = BM / WM / 16, TN = BN / WN / 8;
-  constexpr int kRows = 2 * BM + BN, kStage = kRows * BK, kCpr = BK / 8;  // 16-byte chunks a row
+  constexpr int XP = kXLo ? 2 : 1, kRows = XP * BM + BN, kStage = kRows * BK, kCpr = BK / 8;  // 16-byte chunks a row
   static_assert(BK == 32 || BK == 64, "one or two chunks a tile");
   static_assert(kSliceUnit % BK == 0, "a tile never crosses a slice");
   static_assert(kRows * kCpr % kThreads == 0, "a stage's 16-byte copies split evenly over threads");
@@ -53,12 +54,12 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
       const int i = tid + u * kThreads, row = i / kCpr, c = i % kCpr;
       const uint16_t* src;
       bool ok;
-      if (row < 2 * BM) {
+      if (row < XP * BM) {
         const int64_t gr = m0 + row % BM;
         ok = gr < M && k0 + 8 * c < Kp;
         src = (row < BM ? xh : xl) + (ok ? gr * Kp + k0 + 8 * c : 0);
       } else {
-        const int64_t gn = n0 + (row - 2 * BM), gk = k0 + 8 * c;
+        const int64_t gn = n0 + (row - XP * BM), gk = k0 + 8 * c;
         ok = gn < N && gk < K;  // K % 8 == 0: a copy is all inside K or all past it
         src = w + (ok ? gn * K + gk : 0);
       }
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
     if (t + ST - 1 < tiles) load(t + ST - 1);
     cp_async_commit();
     const uint16_t* s = smem + (t % ST) * kStage;
-    const uint16_t *Ah = s, *Al = s + BM * BK, *Bs = s + 2 * BM * BK;
+    const uint16_t *Ah = s, *Al = s + BM * BK, *Bs = s + XP * BM * BK;
     const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
 #pragma unroll
     for (int cb = 0; cb < BK / 32; ++cb) {
@@ -99,8 +100,8 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
         const int o1 = (r + 8) * BK + 8 * chunk_at<BK>(r + 8, c);
         const uint4 h0 = *reinterpret_cast<const uint4*>(Ah + o0);
         const uint4 h1 = *reinterpret_cast<const uint4*>(Ah + o1);
-        const uint4 l0 = *reinterpret_cast<const uint4*>(Al + o0);
-        const uint4 l1 = *reinterpret_cast<const uint4*>(Al + o1);
+        const uint4 l0 = kXLo ? *reinterpret_cast<const uint4*>(Al + o0) : uint4{};
+        const uint4 l1 = kXLo ? *reinterpret_cast<const uint4*>(Al + o1) : uint4{};
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
           const uint32_t a[4] = {st ? h0.z : h0.x, st ? h1.z : h1.x,  //
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
           for (int j = 0; j < TN; ++j) {
             const uint32_t b0 = st ? b[j].z : b[j].x, b1 = st ? b[j].w : b[j].y;
             mma_bf16(acc[i][j], a, b0, b1);
-            mma_bf16(acc[i][j], al, b0, b1);
+            if (kXLo) mma_bf16(acc[i][j], al, b0, b1);
           }
         }
       }
@@ -143,12 +144,12 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
     reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid>
+template <int BM, int BN, int BK, int WM, int WN, int ST, int kMinBlocks, bool kGrid, bool kXLo>
 void launch(CudaBackend& be, const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp) {
   static bool raised = false;  // one attribute call per instantiation
-  launch_planes<kGrid>(be, pipe_matmul<BM, BN, BK, WM, WN, ST, kMinBlocks, kGrid>, raised,
-                       ST * (2 * BM + BN) * BK * 2, WM * WN * 32, BM, BN, xh, xl, Kp, x, w, bias,
+  launch_planes<kGrid>(be, pipe_matmul<BM, BN, BK, WM, WN, ST, kMinBlocks, kGrid, kXLo>, raised,
+                       ST * ((kXLo ? 2 : 1) * BM + BN) * BK * 2, WM * WN * 32, BM, BN, xh, xl, Kp, x, w, bias,
                        y, sp);
 }
 
@@ -164,7 +165,7 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   if (off || w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16) return false;
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
   const uint16_t* hi = split_x<false>(be, x, Kp);
-  const uint16_t* lo = hi + M * Kp;
+  const uint16_t* lo = x_lo(be) ? hi + M * Kp : nullptr;
   const int64_t tiles = ((M + 63) / 64) * ((y.cols + 127) / 128);
   const bool fold = fold_slices(tiles, sp, M, y.cols);
   // Tiles 64 columns wide where 128-column tiles and their slices (more than one) leave SMs idle
@@ -174,12 +175,15 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
     return e && std::string(e) == "0";
   }();
   const bool narrow = !narrow_off && !fold && sp.s > 1 && tiles * sp.s < kTargetBlocks / 4;
-  if (narrow)
-    launch<64, 64, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
-  else if (!fold)
-    launch<64, 128, 64, 2, 4, 3, 2, true>(be, hi, lo, Kp, x, w, bias, y, sp);
-  else
-    launch<64, 128, 64, 2, 4, 3, 2, false>(be, hi, lo, Kp, x, w, bias, y, sp);
+  with_xlo(be, [&](auto xlo) {
+    constexpr bool L = decltype(xlo)::value;
+    if (narrow)
+      launch<64, 64, 64, 2, 4, 3, 2, true, L>(be, hi, lo, Kp, x, w, bias, y, sp);
+    else if (!fold)
+      launch<64, 128, 64, 2, 4, 3, 2, true, L>(be, hi, lo, Kp, x, w, bias, y, sp);
+    else
+      launch<64, 128, 64, 2, 4, 3, 2, false, L>(be, hi, lo, Kp, x, w, bias, y, sp);
+  });
   return true;
 }
 

@@ -76,12 +76,12 @@ struct WgMulti {
 };
 
 // One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of kBK
-// positions [x hi | x lo | w]; warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the j-th BN / WN
+// positions [x hi | x lo | w] (no x lo without kXLo); warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the j-th BN / WN
 // columns. kGrid: blockIdx.z is the slice and partials meet in sp.part; otherwise the block walks
 // every slice and folds each slice's chain into a running total as it ends.
 // kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
 // column tiles of all of them, and blocks past an output's slices leave at once.
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true>
 __global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
     w = ma.w[i], bias = ma.bias[i], y = ma.y[i], N = ma.N[i], sp = ma.sp[i], tiles_x = ma.tiles[i];
   }
   constexpr int BK = kBK, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
-  constexpr int kStage = (2 * BM + BN) * BK;
+  constexpr int XP = kXLo ? 2 : 1, kStage = (XP * BM + BN) * BK;
   static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");
   extern __shared__ __align__(16) uint16_t smem_raw[];
   // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
@@ -131,14 +131,14 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
     // K % 8 == 0: a piece is all inside K or all past it.
     const bool xin = k0 + 8 * xc < Kp, win = k0 + 4 * wq < K;
 #pragma unroll
-    for (int u = 0; u < 2 * BM / kXStep; ++u) {
+    for (int u = 0; u < XP * BM / kXStep; ++u) {
       const bool lo = u >= BM / kXStep;
       const int r = xr + (u % (BM / kXStep)) * kXStep;
       const bool ok = xin && m0 + r < M;
       const int64_t off = xoff + (u % (BM / kXStep)) * xstride + k0;
       cp_async16(s + (lo ? BM * BK : 0) + swz_at(r, 8 * xc), (lo ? xl : xh) + (ok ? off : 0), ok);
     }
-    uint16_t* sw = s + 2 * BM * BK;
+    uint16_t* sw = s + XP * BM * BK;
 #pragma unroll
     for (int u = 0; u < BN / kWStep; ++u) {
       const int n = wr + u * kWStep;
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       if (t + ST - 2 < tiles) load(t + ST - 2);
       cp_async_commit();
       const uint16_t* s = smem + (t % ST) * kStage;
-      const uint16_t *ah = s + 64 * wg * BK, *al = ah + BM * BK, *bw = s + (2 * BM + NB * wn) * BK;
+      const uint16_t *ah = s + 64 * wg * BK, *al = ah + BM * BK, *bw = s + (XP * BM + NB * wn) * BK;
       const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
       // Step j takes positions 16 j .. 16 j + 15; a chunk starting past the slice is not in the
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
         for (int j = 0; j < decltype(n)::value; ++j) {
           const uint64_t db = swz_desc(bw + 16 * j);
           wgmma_bf16<NB>(acc, swz_desc(ah + 16 * j), db);
-          wgmma_bf16<NB>(acc, swz_desc(al + 16 * j), db);
+          if (kXLo) wgmma_bf16<NB>(acc, swz_desc(al + 16 * j), db);
         }
       };
       if (k0 + 32 < kend) steps(std::integral_constant<int, BK / 16>{});
@@ -260,14 +260,16 @@ bool wgmma_ready() {
 }
 
 // Shared-memory bytes of a tile's stages, with 1 KiB for aligning them to 1024 bytes.
-constexpr int wg_smem(int WG, int BN, int ST) { return ST * (2 * 64 * WG + BN) * kBK * 2 + 1024; }
+constexpr int wg_smem(int WG, int BN, int ST, bool xlo = true) {
+  return ST * ((xlo ? 2 : 1) * 64 * WG + BN) * kBK * 2 + 1024;
+}
 
-template <int WG, int WN, int BN, int ST, bool kGrid>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo>
 void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
   static bool raised = false;  // one attribute call per instantiation
-  constexpr int kSmem = wg_smem(WG, BN, ST);
-  auto kern = wg_matmul<WG, WN, BN, ST, kGrid>;
+  constexpr int kSmem = wg_smem(WG, BN, ST, kXLo);
+  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo>;
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
   launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, xh, xl, x.rows, x.cols, Kp,
                       static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{});
@@ -275,18 +277,18 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
 
 // The tiles (rows x columns, warpgroups, stages); all compute the same chains. a: 128 x 128, two
 // warpgroups of 64 rows. b: 64 x 128, one warpgroup. c: 64 x 128, two warpgroups of 64 columns,
-// for 17..64 rows.
+// for 17..64 rows. Without x lo a stage is smaller, so a and b keep more of them in flight.
 constexpr int kTiles = 3;
 constexpr int kTileRows[kTiles] = {128, 64, 64}, kTileCols[kTiles] = {128, 128, 128};
 
-template <bool kGrid>
+template <bool kGrid, bool kXLo>
 void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, const Tensor& x,
                  const CudaWeight& w, const float* bias, Tensor y, const SplitArgs& sp,
                  CudaBackend& be) {
   switch (cfg) {
-    case 0: launch<2, 1, 128, 4, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be); break;
-    case 1: launch<1, 1, 128, 6, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be); break;
-    default: launch<1, 2, 128, 4, kGrid>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+    case 0: launch<2, 1, 128, kXLo ? 4 : 6, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+    case 1: launch<1, 1, 128, kXLo ? 6 : 8, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+    default: launch<1, 2, 128, 4, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be); break;
   }
 }
 
@@ -320,11 +322,14 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   const int64_t blocks = M <= 64 ? tiles * sp.s : tiles;
   if (forced < 0 && blocks < kTargetBlocks / 8) return false;
   const uint16_t* hi = split_x<true>(be, x, Kp);
-  const uint16_t* lo = hi + M * Kp;
+  const uint16_t* lo = x_lo(be) ? hi + M * Kp : nullptr;
   // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
-  if (fold) launch_tile<false>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
-  else launch_tile<true>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
+  with_xlo(be, [&](auto xlo) {
+    constexpr bool L = decltype(xlo)::value;
+    if (fold) launch_tile<false, L>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
+    else launch_tile<true, L>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
+  });
   return true;
 }
 
@@ -359,17 +364,20 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
   }
   const uint16_t* hi = split_x<true>(be, x, Kp);
   carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
-  static bool raised = false;
-  constexpr int kSmem = wg_smem(WG, BN, ST);
-  auto kern = wg_matmul<WG, WN, BN, ST, true, true>;
-  if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                  "matmul: shared memory limit");
-    raised = true;
-  }
   const dim3 grid(tiles, 1, static_cast<unsigned>(slices));
-  launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, hi + M * Kp, M, K, Kp, nullptr, nullptr,
-                      nullptr, int64_t{0}, SplitArgs{}, ma);
+  with_xlo(be, [&](auto xlo) {
+    constexpr bool L = decltype(xlo)::value;
+    static bool raised = false;  // one attribute call per instantiation
+    constexpr int kSmem = wg_smem(WG, BN, ST, L);
+    auto kern = wg_matmul<WG, WN, BN, ST, true, true, L>;
+    if (!raised) {
+      TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                    "matmul: shared memory limit");
+      raised = true;
+    }
+    launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, L ? hi + M * Kp : nullptr, M, K, Kp,
+                        nullptr, nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
+  });
 }
 
 }  // namespace tf::cuda::mm

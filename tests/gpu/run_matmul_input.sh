@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# --matmul-input f32 against bf16 on the card, from prebuilt binaries in $BIN_DIR (default .gpubin):
+#   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes, the GPU model tests
+#                                          (MatmulInput included) and the golden check in bf16
+#   tests/gpu/run_matmul_input.sh bench   prefill 4,096 and 512, decode at batch 1, 8 and 64, both
+#                                          modes interleaved (tests/gpu/run_ab.sh), and the contract's
+#                                          matmul timings in each mode
+# Logs in $OUT.
+set -u
+OUT=${OUT:-gpu-out}; B=${BIN_DIR:-.gpubin}; mkdir -p "$OUT"
+case "${1:-check}" in
+check)
+  timeout 300 "$B"/tf_kernel_contract > "$OUT/contract_f32.log" 2>&1 &
+  timeout 300 "$B"/tf_kernel_contract --matmul-input bf16 > "$OUT/contract_bf16.log" 2>&1 &
+  TF_TEST_DEVICE=cuda timeout 300 "$B"/tf_tests --gtest_brief=1 \
+    --gtest_filter='*MatmulInput*:*Golden*:*Invariance*:*Moe*:*WarmUp*:*Graph*' > "$OUT/tests_gpu.log" 2>&1 &
+  MATMUL_INPUT=bf16 timeout 300 python3 tests/gpu/golden_gpu.py "$B"/tensorfold > "$OUT/golden_bf16.log" 2>&1 &
+  wait
+  grep -E "SUMMARY|FAIL|MISSED|ERROR" "$OUT"/contract_*.log | head -30
+  tail -4 "$OUT/tests_gpu.log"; tail -3 "$OUT/golden_bf16.log" ;;
+bench)
+  OUT=$OUT bash tests/gpu/run_ab.sh "${SHAPE:-llama3.1-8b}" \
+    "${BENCHES:---pp 4096 --chunk 4096 --tg 2 --batch 1;--pp 512 --tg 64 --batch 1,8,64}" \
+    "f32||$B/tensorfold|" "bf16||$B/tensorfold|--matmul-input bf16"
+  for mi in f32 bf16; do
+    timeout 120 "$B"/tf_kernel_contract --filter @none --bench --matmul-input "$mi" > "$OUT/contract_bench_$mi.log" 2>&1
+  done
+  grep -iE "matmul|BF16" "$OUT"/contract_bench_*.log | head -60 ;;
+*) echo "usage: $0 check|bench" >&2; exit 2 ;;
+esac
