@@ -1,5 +1,6 @@
 #include "server/api_server.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -36,6 +37,7 @@ ApiServer::ApiServer(ServeOptions opt) : opt_(std::move(opt)), http_(opt_.http) 
 }
 
 ApiServer::~ApiServer() {
+  if (work_) work_->stop();
   if (engine_) engine_->stop();
   if (engine_thread_.joinable()) engine_thread_.join();
 }
@@ -83,6 +85,7 @@ void ApiServer::load() {
   }
   engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
   engine_thread_ = std::thread([this] { engine_loop(); });
+  work_ = std::make_unique<WorkQueue>(std::max(1, opt_.request_threads), static_cast<size_t>(std::max(1, opt_.max_queue)));
   const auto st = engine_->stats();
   const auto mem = process_memory();
   log_info("model ", opt_.model_name, " (", model_->family(), ", ", model_->n_layers(), " layers, vocab ",
@@ -152,6 +155,8 @@ void ApiServer::run() {
   // Streams get on_close now and their engine requests are cancelled; the engine keeps
   // running until the HTTP side has closed so those cancellations complete.
   http_.shutdown(std::chrono::milliseconds(5000));
+  // Requests still queued run now: their clients are gone, so each is refused or cancelled.
+  if (work_) work_->stop();
   if (engine_) engine_->stop();
   if (engine_thread_.joinable()) engine_thread_.join();
   log_info("stopped");
@@ -164,6 +169,32 @@ void ApiServer::shutdown() {
 }
 
 void ApiServer::handle(const HttpRequest& req, std::shared_ptr<HttpResponder> res) {
+  if (req.method != "POST" || !ready_ || !work_) {
+    handle_now(req, res);
+    return;
+  }
+  auto copy = std::make_shared<HttpRequest>(req);
+  const bool queued = work_->post([this, copy, res] {
+    if (res->cancelled()) {  // the client left, or the server is stopping, while it waited
+      metrics_.count_request(endpoint_label(copy->path), 503);
+      res->send(503, "application/json", ApiError(503, "the server is shutting down", {}, "server_error").body());
+      return;
+    }
+    try {
+      handle_now(*copy, res);
+    } catch (const std::exception& e) {
+      res->fail_from_handler(e.what());
+    }
+  });
+  if (!queued) {
+    metrics_.count_request(endpoint_label(req.path), 429);
+    res->send(429, "application/json",
+              ApiError(429, cat("the server is busy: ", opt_.max_queue, " requests are waiting to be tokenized; retry later"),
+                       {}, "rate_limit_exceeded").body());
+  }
+}
+
+void ApiServer::handle_now(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res) {
   try {
     route(req, res);
   } catch (const ApiError& e) {

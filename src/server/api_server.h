@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "engine/cache_fit.h"
 #include "engine/engine.h"
+#include "base/work_queue.h"
 #include "formats/model_files.h"
 #include "models/model.h"
 #include "server/http_server.h"
@@ -32,6 +33,7 @@ struct ServeOptions {
   std::string device = "auto";
   std::string matmul_input = "f32";  // f32 | bf16 (MatmulInput)
   int http_threads = 2;
+  int request_threads = 2;  // parse, template and tokenize POSTed requests off the io threads
   int max_queue = 256;
   int chunk = 0;  // prefill chunk grid; 0: 128 on the CPU, 512 on a GPU
   double memory_fraction = 0.9;     // of device memory, on a GPU
@@ -56,7 +58,10 @@ class ApiServer {
   void shutdown();
 
  private:
+  // POSTs go to the request threads (a long prompt's tokenizing would hold an io thread and
+  // every stream on it); the rest is answered on the io thread.
   void handle(const HttpRequest& req, std::shared_ptr<HttpResponder> res);
+  void handle_now(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
   void route(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res);
   void completions(const HttpRequest& req, const std::shared_ptr<HttpResponder>& res, bool chat);
   std::string memory_json() const;
@@ -78,6 +83,7 @@ class ApiServer {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_requested_ = false;
+  std::unique_ptr<WorkQueue> work_;  // last: stopped before anything its tasks use goes away
 };
 
 }  // namespace tf

@@ -25,3 +25,39 @@ def test_64_clients(tensorfold_bin):
     assert s["rss_delta_mb"] < 16, report
     assert 'tensorfold_requests_total{endpoint="/v1/completions",status="200"}' in metrics
     assert "tensorfold_lanes_busy 0" in metrics
+
+
+def test_long_prompts_being_tokenized_leave_the_io_threads_free(tensorfold_bin):
+    # Two 6 MB prompts to tokenize, one for each of the server's two io threads; a GET sent while
+    # they are tokenized must be answered at once, not after them. Measured as a share of a long
+    # request's own time, so the machine's speed cancels out.
+    import random
+    import string
+    import threading
+    import time
+
+    import requests
+
+    rng = random.Random(3)
+    big = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(6_000_000))
+    spans = {}
+    with server(["--parallel", 1, "--threads", 2], bin_path=tensorfold_bin) as srv:
+        def post(i):
+            t0 = time.monotonic()
+            r = requests.post(srv.url + "/tokenize", json={"prompt": big}, timeout=120)
+            spans[i] = (time.monotonic() - t0, r.status_code, r.json().get("count", 0))
+
+        posts = [threading.Thread(target=post, args=(i,)) for i in range(2)]
+        for t in posts:
+            t.start()
+        time.sleep(0.5)  # both bodies are in and being tokenized
+        t0 = time.monotonic()
+        h = requests.get(srv.url + "/v1/models", timeout=120)
+        get_s = time.monotonic() - t0
+        for t in posts:
+            t.join()
+    assert h.status_code == 200
+    assert all(code == 200 and count > 1_000_000 for _, code, count in spans.values()), spans
+    long_s = min(s for s, _, _ in spans.values())
+    print(f"GET {get_s * 1e3:.1f} ms while two long prompts took {long_s:.2f} s")
+    assert get_s < 0.1 * long_s, f"the GET took {get_s:.2f} s while long prompts ({long_s:.2f} s) were tokenized"
