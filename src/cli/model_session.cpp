@@ -30,6 +30,9 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   const bool has_tokenizer = !s->files.tokenizer_json.is_null() ||
                              (s->files.gguf && s->files.gguf->find_meta("tokenizer.ggml.model"));
   if (opt.need_tokenizer || has_tokenizer) s->tokenizer = load_tokenizer(s->files);
+  if (s->tokenizer) {
+    if (const std::string w = vocab_fit_warning(*s->tokenizer, s->model->vocab_size()); !w.empty()) log_warn(w);
+  }
   s->engine = std::make_unique<Engine>(*s->model, *s->backend, opt.engine);
   log_debug("backend ", s->backend->name(), "; model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
             s->model->weight_bytes() / (1 << 20), " MiB of weights");

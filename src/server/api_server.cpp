@@ -64,6 +64,7 @@ void ApiServer::load() {
   backend_->set_matmul_input(parse_matmul_input(opt_.matmul_input));
   model_ = load_model(files_, *backend_);
   tok_ = load_tokenizer(files_);
+  if (const std::string w = vocab_fit_warning(*tok_, model_->vocab_size()); !w.empty()) log_warn(w);
   if (!tok_->chat_template.empty()) template_ = std::make_unique<ChatTemplate>(tok_->chat_template);
   EngineOptions eo;
   eo.lanes = opt_.parallel;

@@ -50,10 +50,11 @@ int32_t BpeModel::id(const std::string& piece) const {
 void BpeModel::encode_word(const std::string& word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   const bool cacheable = word.size() <= kCacheMaxWordBytes;
+  CacheShard& shard = cache_[std::hash<std::string>{}(word) % kCacheShards];
   if (cacheable) {
-    std::shared_lock lock(cache_mu_);
-    auto it = cache_.find(word);
-    if (it != cache_.end()) {
+    std::shared_lock lock(shard.mu);
+    auto it = shard.words.find(word);
+    if (it != shard.words.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -64,9 +65,9 @@ void BpeModel::encode_word(const std::string& word, std::vector<int32_t>& out) c
   else merge_word(word, ids);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
-    std::unique_lock lock(cache_mu_);
-    if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-    cache_.emplace(word, std::move(ids));
+    std::unique_lock lock(shard.mu);
+    if (shard.words.size() >= kCacheMaxEntries / kCacheShards) shard.words.clear();
+    shard.words.emplace(word, std::move(ids));
   }
 }
 

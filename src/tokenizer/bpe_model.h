@@ -1,6 +1,7 @@
 #pragma once
 // Merge-rank BPE as HF tokenizers' models.BPE runs it: a priority queue of adjacent pairs
 // (lowest rank first, leftmost on ties), byte fallback, unknown token, per-word cache.
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
@@ -39,8 +40,14 @@ class BpeModel {
   BpeOptions opt_;
   int32_t unk_id_ = -1;
   int32_t byte_ids_[256];
-  mutable std::shared_mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  // The word cache in shards by hash, each with its own lock: requests tokenized at once on
+  // several threads mostly miss on distinct words, and one lock taken per word serialized them.
+  struct alignas(64) CacheShard {
+    std::shared_mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>> words;
+  };
+  static constexpr size_t kCacheShards = 64;
+  mutable std::array<CacheShard, kCacheShards> cache_;
 };
 
 }  // namespace tf

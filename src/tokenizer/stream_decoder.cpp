@@ -10,6 +10,16 @@ void check_encode_size(const std::string& text) {
            kMaxEncodeBytes >> 20, " MiB one text may hold");
 }
 
+std::string vocab_fit_warning(const Tokenizer& tok, int32_t model_vocab) {
+  const int32_t n = tok.vocab_size();
+  if (n <= model_vocab) return {};
+  std::string first;
+  for (int32_t id = model_vocab; id < n && first.empty(); ++id) first = tok.token_piece(id);
+  return cat("the tokenizer has ", n, " tokens but the model's embedding has ", model_vocab, " rows: the ",
+             n - model_vocab, " ids from ", model_vocab, " on (the first '", first,
+             "') have no embedding, and a prompt that holds one is refused");
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string bytes;
   bool first = true;

@@ -48,6 +48,10 @@ class Tokenizer {
   std::string bos_token, eos_token;
 };
 
+// Empty when every id of tok is a row of a model_vocab-row embedding; otherwise a warning that
+// says how many are not (a prompt that holds one is refused when it is submitted).
+std::string vocab_fit_warning(const Tokenizer& tok, int32_t model_vocab);
+
 // Builds the tokenizer a model's files describe; errors name the file and the field.
 std::unique_ptr<Tokenizer> load_tokenizer(const ModelFiles& files);
 

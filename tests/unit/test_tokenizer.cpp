@@ -145,6 +145,40 @@ TEST(Tokenizer, LargeInputAndThreads) {
   EXPECT_EQ(ok, (std::vector<int>{1, 1, 1, 1}));
 }
 
+// Threads tokenizing distinct words at once (cache misses, shards filling and clearing) get the
+// ids a fresh tokenizer gives each text alone.
+TEST(Tokenizer, ConcurrentEncodesOfDistinctWordsMatchSerialOnes) {
+  HfTokenizer shared(byte_level_json(), "test");
+  std::vector<std::string> texts(4);
+  std::vector<std::vector<int32_t>> want(texts.size());
+  for (size_t k = 0; k < texts.size(); ++k) {
+    std::mt19937 rng(static_cast<uint32_t>(11 + k));
+    const char* alphabet = "helowrd";
+    for (int w = 0; w < 40000; ++w) {
+      const int len = 1 + static_cast<int>(rng() % 9);
+      for (int i = 0; i < len; ++i) texts[k] += alphabet[rng() % 7];
+      texts[k] += ' ';
+    }
+    want[k] = HfTokenizer(byte_level_json(), "test").encode(texts[k], false);
+  }
+  std::vector<std::thread> th;
+  std::vector<int> ok(texts.size(), 0);
+  for (size_t k = 0; k < texts.size(); ++k)
+    th.emplace_back([&, k] { ok[k] = shared.encode(texts[k], false) == want[k]; });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(ok, (std::vector<int>{1, 1, 1, 1}));
+}
+
+TEST(Tokenizer, VocabularyPastTheEmbeddingIsWarnedAbout) {
+  HfTokenizer t(byte_level_json(), "test");
+  const int32_t n = t.vocab_size();
+  EXPECT_EQ(vocab_fit_warning(t, n), "");
+  EXPECT_EQ(vocab_fit_warning(t, n + 100), "") << "a padded embedding is fine";
+  const std::string w = vocab_fit_warning(t, n - 3);
+  EXPECT_NE(w.find("the 3 ids from " + std::to_string(n - 3)), std::string::npos) << w;
+  EXPECT_NE(w.find("(the first '<|end|>')"), std::string::npos) << w;
+}
+
 std::unique_ptr<SpmTokenizer> tiny_spm(std::vector<std::string> extra_bytes = {}) {
   std::vector<std::string> tok{"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "ab", "\xE2\x96\x81" "a", "ba"};
   std::vector<float> score{0, 0, 0, -1, -2, -2, -3, -1.5f, -0.5f};
