@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "base/error.h"
@@ -192,6 +193,9 @@ EngineStats Engine::stats() const {
   s.kv_bytes = kv_ ? kv_->bytes() : 0;
   s.scratch_rows = static_cast<uint64_t>(max_rows_);
   s.rounds = rounds_;
+  s.round_seconds = static_cast<double>(round_ns_.load()) * 1e-9;
+  s.forward_seconds = static_cast<double>(forward_ns_.load()) * 1e-9;
+  s.emit_seconds = static_cast<double>(emit_ns_.load()) * 1e-9;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
   s.state_slots = state_pool_.capacity();
@@ -411,6 +415,11 @@ bool Engine::step() {
 }
 
 bool Engine::step_round() {
+  const auto t_round = std::chrono::steady_clock::now();
+  auto ns_since = [](std::chrono::steady_clock::time_point t) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count());
+  };
   apply_cancels();
   admit();
   publish();  // readers see the admitted lanes and their pages before the round runs
@@ -467,7 +476,9 @@ bool Engine::step_round() {
   reserve_logits(in.logit_rows.size() * static_cast<size_t>(model_.vocab_size()));
   std::vector<float>& logits = logits_;
   try {
+    const auto t_forward = std::chrono::steady_clock::now();
     model_.forward(in, *kv_, logits, sampled_);
+    forward_ns_ += ns_since(t_forward);
     reserve_logits(logits.size());  // a model that grew the buffer itself gets it pinned again
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
@@ -529,9 +540,12 @@ bool Engine::step_round() {
     draws_.push_back(Draw{&l, row, drawn(l), 0, {}});
   }
   std::fill(spec_of_lane_.begin(), spec_of_lane_.end(), -1);
+  const auto t_emit = std::chrono::steady_clock::now();
   logprobs_of_draws();
   for (Draw& d : draws_) emit(*d.lane, d);
   draws_.clear();
+  emit_ns_ += ns_since(t_emit);
+  round_ns_ += ns_since(t_round);
   return true;
 }
 

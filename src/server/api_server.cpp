@@ -236,7 +236,7 @@ void ApiServer::route(const HttpRequest& req, const std::shared_ptr<HttpResponde
   if (path == "/metrics" && get) {
     auto st = engine_->stats();
     metrics_.count_request(path, 200);
-    res->send(200, "text/plain; version=0.0.4", metrics_.render(st.queued, st.lanes_busy, st.lanes));
+    res->send(200, "text/plain; version=0.0.4", metrics_.render(st));
     return;
   }
   if (path == "/debug/census" && get) {

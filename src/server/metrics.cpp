@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "base/error.h"
+
 namespace tf {
 
 namespace {
@@ -47,7 +49,8 @@ void Metrics::count_request(const std::string& endpoint, int status) {
   requests_[{endpoint, status}]++;
 }
 
-std::string Metrics::render(int queue_depth, int lanes_busy, int lanes_total) const {
+std::string Metrics::render(const EngineStats& st) const {
+  const int queue_depth = st.queued, lanes_busy = st.lanes_busy, lanes_total = st.lanes;
   std::string out;
   out += "# HELP tensorfold_requests_total HTTP requests by endpoint and status.\n";
   out += "# TYPE tensorfold_requests_total counter\n";
@@ -69,6 +72,15 @@ std::string Metrics::render(int queue_depth, int lanes_busy, int lanes_total) co
   out += "tensorfold_lanes_busy " + std::to_string(lanes_busy) + "\n";
   out += "# HELP tensorfold_lanes_total Lanes configured.\n# TYPE tensorfold_lanes_total gauge\n";
   out += "tensorfold_lanes_total " + std::to_string(lanes_total) + "\n";
+  auto counter = [&](const char* name, const char* help, const std::string& value) {
+    out += cat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", value, "\n");
+  };
+  counter("tensorfold_rounds_total", "Rounds the engine ran.", std::to_string(st.rounds));
+  counter("tensorfold_round_seconds_total", "Engine-thread seconds in rounds.", cat(st.round_seconds));
+  counter("tensorfold_round_forward_seconds_total",
+          "Of those, the model forward: device work and the wait for its draws.", cat(st.forward_seconds));
+  counter("tensorfold_round_emit_seconds_total",
+          "Of those, handing drawn tokens to their requests and streams.", cat(st.emit_seconds));
   return out;
 }
 

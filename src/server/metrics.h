@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+
 namespace tf {
 
 class Histogram {
@@ -27,7 +29,7 @@ class Histogram {
 struct Metrics {
   Metrics();
   void count_request(const std::string& endpoint, int status);
-  std::string render(int queue_depth, int lanes_busy, int lanes_total) const;
+  std::string render(const EngineStats& st) const;
 
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
   Histogram ttft;  // seconds from request to first token

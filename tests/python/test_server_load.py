@@ -25,6 +25,13 @@ def test_64_clients(tensorfold_bin):
     assert s["rss_delta_mb"] < 16, report
     assert 'tensorfold_requests_total{endpoint="/v1/completions",status="200"}' in metrics
     assert "tensorfold_lanes_busy 0" in metrics
+    # Engine-thread seconds: a round holds its forward and its emit, so neither passes it.
+    value = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith("tensorfold_round")}
+    total = value["tensorfold_round_seconds_total"]
+    assert 0 < value["tensorfold_round_forward_seconds_total"] <= total, value
+    assert 0 < value["tensorfold_round_emit_seconds_total"] <= total, value
+    assert value["tensorfold_round_forward_seconds_total"] + value["tensorfold_round_emit_seconds_total"] <= total
 
 
 def test_long_prompts_being_tokenized_leave_the_io_threads_free(tensorfold_bin):
