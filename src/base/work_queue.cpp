@@ -17,12 +17,14 @@ WorkQueue::WorkQueue(int threads, size_t capacity) : capacity_(capacity) {
 WorkQueue::~WorkQueue() { stop(); }
 
 bool WorkQueue::post(std::function<void()> f) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || tasks_.size() >= capacity_) return false;
     tasks_.push_back(std::move(f));
+    wake = idle_ > 0;  // a busy worker takes the next task itself, without a wake-up call
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return true;
 }
 
@@ -47,7 +49,9 @@ void WorkQueue::worker() {
     std::function<void()> f;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      ++idle_;
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      --idle_;
       if (tasks_.empty()) return;  // stopping, and the backlog is done
       f = std::move(tasks_.front());
       tasks_.pop_front();

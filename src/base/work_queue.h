@@ -36,6 +36,7 @@ class WorkQueue {
   std::vector<std::thread> threads_;
   const size_t capacity_;
   bool stopping_ = false;
+  int idle_ = 0;  // workers waiting for a task
 };
 
 }  // namespace tf

@@ -1,6 +1,8 @@
 #include "server/api_server.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -40,6 +42,7 @@ ApiServer::~ApiServer() {
   if (work_) work_->stop();
   if (engine_) engine_->stop();
   if (engine_thread_.joinable()) engine_thread_.join();
+  if (deliver_) deliver_->stop();  // events already drawn still reach their jobs, engine alive
 }
 
 uint16_t ApiServer::listen() {
@@ -87,6 +90,11 @@ void ApiServer::load() {
   engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
   engine_thread_ = std::thread([this] { engine_loop(); });
   work_ = std::make_unique<WorkQueue>(std::max(1, opt_.request_threads), static_cast<size_t>(std::max(1, opt_.max_queue)));
+  // TF_SERVER_DELIVERY=thread hands token events to a delivery thread (opt-in until timed on a
+  // GPU; on the CPU the round's compute wants every core). Unbounded: the engine must never block
+  // on it, and a round adds at most a token per lane.
+  const char* delivery = std::getenv("TF_SERVER_DELIVERY");
+  if (delivery && std::string(delivery) == "thread") deliver_ = std::make_unique<WorkQueue>(1, SIZE_MAX);
   const auto st = engine_->stats();
   const auto mem = process_memory();
   log_info("model ", opt_.model_name, " (", model_->family(), ", ", model_->n_layers(), " layers, vocab ",
@@ -160,6 +168,7 @@ void ApiServer::run() {
   if (work_) work_->stop();
   if (engine_) engine_->stop();
   if (engine_thread_.joinable()) engine_thread_.join();
+  if (deliver_) deliver_->stop();
   log_info("stopped");
 }
 
@@ -411,7 +420,10 @@ void ApiServer::completions(const HttpRequest& req, const std::shared_ptr<HttpRe
       g.logprobs = s.logprobs;
       g.cache_salt = s.cache_salt;
       // The engine holds each choice's callback until that choice finishes: it keeps the job alive.
-      g.on_event = [job, c, eng](const TokenEvent& ev) { job->on_event(*c, ev, *eng); };
+      // Events go through the one delivery thread, so a choice's arrive in the engine's order.
+      g.on_event = [job, c, eng, dq = deliver_.get()](const TokenEvent& ev) {
+        if (!dq || !dq->post([job, c, eng, ev] { job->on_event(*c, ev, *eng); })) job->on_event(*c, ev, *eng);
+      };
       if (s.echo && s.logprobs >= 0 && !chat) {
         const int32_t V = model_->vocab_size();
         g.on_logits = [weak, c, V](int pos, const float* lg) {

@@ -36,3 +36,14 @@ def test_concurrent_equals_solo_with_bf16_matmul_input(tensorfold_bin):
         assert r["failed"] == 0 and r["unequal"] == 0, report
     with bench.server(["--parallel", 1, "--threads", 2, "--matmul-input", "bf16"], bin_path=tensorfold_bin) as srv:
         assert srv.memory()["device"]["matmul_input"] == "bf16"
+
+
+def test_concurrent_equals_solo_with_events_on_the_delivery_thread(tensorfold_bin, monkeypatch):
+    # TF_SERVER_DELIVERY=thread hands token events to a delivery thread instead of the engine's.
+    monkeypatch.setenv("TF_SERVER_DELIVERY", "thread")
+    bench = _bench()
+    lines = []
+    results = bench.run([1, 4], n_prompts=4, max_tokens=12, bin_path=tensorfold_bin, out=lines.append)
+    report = "\n".join(lines)
+    for r in results.values():
+        assert r["failed"] == 0 and r["unequal"] == 0, report

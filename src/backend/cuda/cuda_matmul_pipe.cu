@@ -1,6 +1,7 @@
-// Matmul for more than 16 rows with BF16 weights: x is split once into bf16 hi and lo planes,
-// then tiles of both planes and of w stream into shared memory by cp.async through a ring of
-// stages, so loads of later k tiles are in flight while a tile computes. The mma operands, their
+// Matmul for more than 16 rows with BF16 weights: x is split once into bf16 hi and lo planes (hi
+// alone under --matmul-input bf16), then tiles of those planes and of w stream into shared memory
+// by cp.async through a ring of stages, so loads of later k tiles are in flight while a tile
+// computes. The mma operands, their
 // slots and the chains are the order rule's (cuda_matmul.cuh), so the bits are matmul's.
 #include <algorithm>
 #include <cstdint>
@@ -33,7 +34,8 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
   grid_wait();
   grid_launch_next();
   constexpr int kThreads = WM * WN * 32, TM = BM / WM / 16, TN = BN / WN / 8;
-  constexpr int XP = kXLo ? 2 : 1, kRows = XP * BM + BN, kStage = kRows * BK, kCpr = BK / 8;  // 16-byte chunks a row
+  constexpr int XP = kXLo ? 2 : 1, kRows = XP * BM + BN, kStage = kRows * BK;
+  constexpr int kCpr = BK / 8;  // 16-byte chunks a row
   static_assert(BK == 32 || BK == 64, "one or two chunks a tile");
   static_assert(kSliceUnit % BK == 0, "a tile never crosses a slice");
   static_assert(kRows * kCpr % kThreads == 0, "a stage's 16-byte copies split evenly over threads");

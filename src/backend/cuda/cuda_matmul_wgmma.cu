@@ -1,8 +1,8 @@
 // Matmul for more than 16 rows with BF16 weights on Hopper's warpgroup mma (wgmma), which gives
 // mma.sync's bits for the same k16 step whatever the slots' order (tests/gpu/probe_tensor_cores.cu
-// checks it on the card). x is split once into hi/lo planes stored in step order; weights stream
-// in 8-byte pieces to their step's place, so each wgmma reads one step of the order rule
-// (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
+// checks it on the card). x is split once into hi/lo planes (hi alone under --matmul-input bf16)
+// stored in step order; weights stream in 8-byte pieces to their step's place, so each wgmma
+// reads one step of the order rule (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -76,9 +76,10 @@ struct WgMulti {
 };
 
 // One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of kBK
-// positions [x hi | x lo | w] (no x lo without kXLo); warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the j-th BN / WN
-// columns. kGrid: blockIdx.z is the slice and partials meet in sp.part; otherwise the block walks
-// every slice and folds each slice's chain into a running total as it ends.
+// positions [x hi | x lo | w] (no x lo without kXLo); warpgroup (i, j) owns rows 64 i .. 64 i + 63
+// and the j-th BN / WN columns. kGrid: blockIdx.z is the slice and partials meet in sp.part;
+// otherwise the block walks every slice and folds each slice's chain into a running total as it
+// ends.
 // kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
 // column tiles of all of them, and blocks past an output's slices leave at once.
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true>
