@@ -303,8 +303,9 @@ void launch_by_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const
   if (x.rows <= 16) launch_few_rows(be, x, w, bias, y, sp);
   else if (launch_bf16_wgmma(be, x, w, bias, y, sp)) return;
   else if (launch_bf16_pipe(be, x, w, bias, y, sp)) return;
-  else if (WT == kQ8 || x_lo(be)) launch_mma_rows<WT, true>(be, x, w, bias, y, sp);
-  else launch_mma_rows<WT, WT == kQ8>(be, x, w, bias, y, sp);  // Q8 never takes a lo plane
+  else with_wt_xlo<WT>(be, [&](auto xlo) {
+    launch_mma_rows<WT, decltype(xlo)::value>(be, x, w, bias, y, sp);
+  });
 }
 
 

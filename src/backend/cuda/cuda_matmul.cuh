@@ -10,8 +10,8 @@
 // chunk are 8 consecutive k (one 16-byte weight load). BF16/F16: x is split as hi = bf16(x),
 // lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights (split exactly as
 // whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). With --matmul-input
-// bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0: x rounded to bf16,
-// int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
+// bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0: x rounded to
+// bf16, int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
 // acc = fma(scale, block_sum, acc). The slices' sums are added in slice order (p0 + p1, + p2,
 // ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the last block of
 // a tile to arrive adds the partials; many rows: one block walks every slice of its tile and
@@ -75,6 +75,13 @@ template <class F>
 void with_xlo(const CudaBackend& be, F f) {
   if (x_lo(be)) f(std::true_type{});
   else f(std::false_type{});
+}
+
+// with_xlo for weights of type WT, except Q8_0 (x never has a lo there): one instantiation.
+template <int WT, class F>
+void with_wt_xlo(const CudaBackend& be, F f) {
+  if constexpr (WT == kQ8) f(std::true_type{});
+  else with_xlo(be, f);
 }
 
 struct SplitArgs {

@@ -357,14 +357,6 @@ void with_prex(bool fits, F f) {
   else f(std::false_type{});
 }
 
-// Calls f with std::bool_constant<kXLo>: with_xlo's, except Q8_0 (x always without lo) takes one
-// instantiation.
-template <int WT, class F>
-void with_wt_xlo(const CudaBackend& be, F f) {
-  if constexpr (WT == kQ8) f(std::true_type{});
-  else with_xlo(be, f);
-}
-
 // Column tiles of 8 a warp of the few-row kernel owns: two once one-tile blocks would pass one
 // wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2 forces it
 // (side-by-side timing). The chains, and so the bits, are the same.
