@@ -25,7 +25,16 @@ sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 from server_util import DEFAULT_BIN, server  # noqa: E402
 
 
+def random_texts(n, mb, seed=3):
+    """n texts of mb megabytes of random letters and digits."""
+    rng = random.Random(seed)
+    alphabet = string.ascii_letters + string.digits
+    return ["".join(rng.choice(alphabet) for _ in range(int(mb * 1e6))) for _ in range(n)]
+
+
 def measure(url, texts, get_after):
+    """Posts every text to /tokenize from threads at once and, get_after seconds later, times a GET;
+    returns ([(seconds, status, token count)] per text, the GET's seconds); a GET that fails raises."""
     spans = [None] * len(texts)
 
     def post(i):
@@ -38,7 +47,7 @@ def measure(url, texts, get_after):
         t.start()
     time.sleep(get_after)
     t0 = time.monotonic()
-    requests.get(url + "/v1/models", timeout=600)
+    requests.get(url + "/v1/models", timeout=600).raise_for_status()
     get_s = time.monotonic() - t0
     for t in threads:
         t.join()
@@ -55,9 +64,7 @@ def main():
     g.add_argument("--bin", default=None, help=f"tensorfold binary (default {DEFAULT_BIN})")
     g.add_argument("--url", default=None, help="use this running server instead of starting one")
     a = ap.parse_args()
-    rng = random.Random(3)
-    alphabet = string.ascii_letters + string.digits
-    texts = ["".join(rng.choice(alphabet) for _ in range(int(a.mb * 1e6))) for _ in range(a.requests)]
+    texts = random_texts(a.requests, a.mb)
     if a.url:
         spans, get_s = measure(a.url.rstrip("/"), texts, a.get_after)
     else:

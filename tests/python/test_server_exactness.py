@@ -26,14 +26,18 @@ def test_concurrent_equals_solo_across_levels(tensorfold_bin):
     assert len({tuple(v) for v in solo.values()}) == len(solo)
 
 
-def test_concurrent_equals_solo_with_bf16_matmul_input(tensorfold_bin):
+def _all_equal(tensorfold_bin, **kw):
+    """bench_concurrent at --parallel 1 and 4: every reply equal, none failed; returns the module."""
     bench = _bench()
     lines = []
-    results = bench.run([1, 4], n_prompts=4, max_tokens=8, bin_path=tensorfold_bin, out=lines.append,
-                        server_args=("--matmul-input", "bf16"))
-    report = "\n".join(lines)
+    results = bench.run([1, 4], n_prompts=4, bin_path=tensorfold_bin, out=lines.append, **kw)
     for r in results.values():
-        assert r["failed"] == 0 and r["unequal"] == 0, report
+        assert r["failed"] == 0 and r["unequal"] == 0, "\n".join(lines)
+    return bench
+
+
+def test_concurrent_equals_solo_with_bf16_matmul_input(tensorfold_bin):
+    bench = _all_equal(tensorfold_bin, max_tokens=8, server_args=("--matmul-input", "bf16"))
     with bench.server(["--parallel", 1, "--threads", 2, "--matmul-input", "bf16"], bin_path=tensorfold_bin) as srv:
         assert srv.memory()["device"]["matmul_input"] == "bf16"
 
@@ -41,9 +45,4 @@ def test_concurrent_equals_solo_with_bf16_matmul_input(tensorfold_bin):
 def test_concurrent_equals_solo_with_events_on_the_delivery_thread(tensorfold_bin, monkeypatch):
     # TF_SERVER_DELIVERY=thread hands token events to a delivery thread instead of the engine's.
     monkeypatch.setenv("TF_SERVER_DELIVERY", "thread")
-    bench = _bench()
-    lines = []
-    results = bench.run([1, 4], n_prompts=4, max_tokens=12, bin_path=tensorfold_bin, out=lines.append)
-    report = "\n".join(lines)
-    for r in results.values():
-        assert r["failed"] == 0 and r["unequal"] == 0, report
+    _all_equal(tensorfold_bin, max_tokens=12)
