@@ -38,7 +38,37 @@ ojson bytes_of(const std::string& s) {
   return b;
 }
 
+std::string json_string(const std::string& s) {
+  return ojson(s).dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
 }  // namespace
+
+std::string chunk_head(const std::string& id, const std::string& object, int64_t created, const std::string& model) {
+  std::string h = ojson{{"id", id}, {"object", object}, {"created", created}, {"model", model}}.dump(
+      -1, ' ', false, ojson::error_handler_t::replace);
+  h.pop_back();  // the object's closing brace: "choices" follows
+  h += ",\"choices\":[{\"index\":";
+  return h;
+}
+
+std::string token_chunk_json(const std::string& head, bool chat, int index, const std::string& delta, int32_t token) {
+  std::string out;
+  out.reserve(head.size() + delta.size() + 96);
+  out += head;
+  out += std::to_string(index);
+  out += chat ? ",\"delta\":{\"content\":" : ",\"text\":";
+  out += json_string(delta);
+  if (chat) out += '}';
+  out += ",\"logprobs\":null,\"finish_reason\":null";
+  if (token >= 0) {
+    out += ",\"token_ids\":[";
+    out += std::to_string(token);
+    out += ']';
+  }
+  out += "}]}";
+  return out;
+}
 
 ApiJob::ApiJob(CompletionSpec s, std::shared_ptr<HttpResponder> responder, const Tokenizer& tok, Metrics& metrics,
                std::string model_name)
@@ -48,6 +78,7 @@ ApiJob::ApiJob(CompletionSpec s, std::shared_ptr<HttpResponder> responder, const
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (const auto& st : spec.stop) max_stop_ = std::max(max_stop_, st.size());
   start_ = std::chrono::steady_clock::now();
+  chunk_head_ = chunk_head(id_, spec.chat ? "chat.completion.chunk" : "text_completion", created_, model_name_);
 }
 
 std::string ApiJob::dump(const ojson& j) const { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
@@ -183,18 +214,19 @@ void ApiJob::finish_choice(ChoiceState& c, const std::string& reason) {
 
 void ApiJob::emit_chunk(ChoiceState& c, const std::string& delta, const ojson& lp, int32_t token) {
   if (delta.empty() && lp.is_null() && !spec.return_token_ids) return;
+  if (lp.is_null()) {
+    const int32_t id = spec.return_token_ids ? token : -1;
+    responder_->write(sse_event(token_chunk_json(chunk_head_, spec.chat, c.index, delta, id)));
+    return;
+  }
   ojson ch = {{"index", c.index}};
   if (spec.chat) {
     ch["delta"] = {{"content", delta}};
-    ch["logprobs"] = lp.is_null() ? ojson(nullptr) : ojson{{"content", ojson::array({lp})}};
+    ch["logprobs"] = {{"content", ojson::array({lp})}};
   } else {
     ch["text"] = delta;
-    if (lp.is_null()) {
-      ch["logprobs"] = nullptr;
-    } else {
-      ch["logprobs"] = {{"tokens", {lp["token"]}}, {"token_logprobs", {lp["logprob"]}},
-                        {"top_logprobs", {lp["top"]}}, {"text_offset", {c.text.size() - delta.size()}}};
-    }
+    ch["logprobs"] = {{"tokens", {lp["token"]}}, {"token_logprobs", {lp["logprob"]}},
+                      {"top_logprobs", {lp["top"]}}, {"text_offset", {c.text.size() - delta.size()}}};
   }
   ch["finish_reason"] = nullptr;
   if (spec.return_token_ids && token >= 0) ch["token_ids"] = {token};

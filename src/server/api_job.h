@@ -36,6 +36,12 @@ struct ChoiceState {
   std::chrono::steady_clock::time_point last_token;
 };
 
+// A token's stream chunk without logprobs, the JSON written directly rather than built as a
+// tree (the engine thread writes one a token); equal byte for byte to the tree's dump.
+// head: chunk_head(); delta may hold any bytes (invalid UTF-8 becomes U+FFFD); token < 0: none.
+std::string chunk_head(const std::string& id, const std::string& object, int64_t created, const std::string& model);
+std::string token_chunk_json(const std::string& head, bool chat, int index, const std::string& delta, int32_t token);
+
 class ApiJob : public std::enable_shared_from_this<ApiJob> {
  public:
   ApiJob(CompletionSpec spec, std::shared_ptr<HttpResponder> responder, const Tokenizer& tok,
@@ -73,6 +79,7 @@ class ApiJob : public std::enable_shared_from_this<ApiJob> {
   const Tokenizer& tok_;
   Metrics& metrics_;
   std::string model_name_, id_;
+  std::string chunk_head_;  // the stream chunks' fields before "index" (token_chunk_json)
   int64_t created_ = 0;
   size_t max_stop_ = 0;
   int remaining_ = 0;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "server/api_job.h"
 #include "server/sse.h"
 #include "test_http_client.h"
 
@@ -26,6 +27,31 @@ TEST(Sse, FormatsEvents) {
   EXPECT_THROW(sse_event("bad\nname", "x"), Error);
   EXPECT_EQ(sse_comment("ping"), ": ping\n\n");
   EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+}
+
+// The written-out token chunk must equal the JSON tree's dump, whatever bytes the delta holds.
+TEST(Sse, TokenChunkEqualsTreeDump) {
+  using ojson = nlohmann::ordered_json;
+  const auto replace = ojson::error_handler_t::replace;
+  const std::vector<std::string> deltas = {"", "hello", " a\"b\\c\n\t\r\b\f", std::string("\x01\x1f\x7f", 3),
+                                           std::string(1, '\0') + "z", "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80",
+                                           "\xff\xfe", "ok\xc3", "\xe2\x82", "</script>"};
+  for (const std::string model : {"default", "we\"ird\\name\xff"})
+    for (bool chat : {false, true})
+      for (int32_t token : {-1, 0, 128255})
+        for (const auto& d : deltas) {
+          const std::string object = chat ? "chat.completion.chunk" : "text_completion";
+          ojson ch = {{"index", 3}};
+          if (chat) ch["delta"] = {{"content", d}}, ch["logprobs"] = nullptr;
+          else ch["text"] = d, ch["logprobs"] = nullptr;
+          ch["finish_reason"] = nullptr;
+          if (token >= 0) ch["token_ids"] = {token};
+          ojson tree = {{"id", "cmpl-0123456789abcdef"}, {"object", object}, {"created", int64_t{1764523000}},
+                        {"model", model}, {"choices", ojson::array({ch})}};
+          const std::string head = chunk_head("cmpl-0123456789abcdef", object, 1764523000, model);
+          EXPECT_EQ(token_chunk_json(head, chat, 3, d, token), tree.dump(-1, ' ', false, replace))
+              << "chat " << chat << " token " << token << " delta of " << d.size() << " bytes";
+        }
 }
 
 // Splits a stream body into the data of each event, joining multi-line data with '\n'.
