@@ -43,8 +43,8 @@ void add_device_options(CLI::App& app, std::string& device, int& threads, std::s
   app.add_option("--device", device, "cpu, cuda, cuda:N or auto (cuda when a GPU is present)")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (default: all cores)");
   app.add_option("--matmul-input", matmul_input,
-                 "activations entering BF16/F16 matmuls: f32 (whole) or bf16 (rounded first, as bf16 engines do; "
-                 "half the GPU's tensor-core work)")
+                 "activations entering BF16/F16 matmuls and attention's products: f32 (whole) or bf16 (rounded "
+                 "first, as bf16 engines do; a half to a third of the GPU's tensor-core work)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }

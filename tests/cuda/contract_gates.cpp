@@ -439,6 +439,13 @@ std::string kv_page_gate(Backend& gpu, Backend& cpu, uint32_t seed) {
   return e.empty() ? exact(moved[1], moved[0], "kv_page_from_host round trip (exact)") : e;
 }
 
+// bf16 mode rounds each attention weight to bf16; one near a midpoint may round the other way on
+// the two devices, moving the output by up to 2^-8 of that weight times |v - out| <= 2 max |v|, so
+// the bound is the bf16 tolerance there (the bits across chunkings are still gated exactly).
+namespace {
+double attention_tol(const Backend& gpu) { return gpu.matmul_input() == MatmulInput::BF16 ? 1e-2 : 1e-4; }
+}  // namespace
+
 std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Backend& cpu, int L,
                            const AttnParams& p, int page_size, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -486,7 +493,7 @@ std::string attention_gate(const AttnFn& f, const StoreFn& st, Backend& gpu, Bac
   const std::vector<double> mag(ref.size(), vmax);
   std::vector<float> outs[4];
   for (int v = 0; v < 4; ++v) outs[v] = run(gpu, v, st, f);
-  std::string e = close(outs[0], ref, mag, 1e-4, tag);
+  std::string e = close(outs[0], ref, mag, attention_tol(gpu), tag);
   for (int v = 1; v < 4 && e.empty(); ++v)
     if (!same_bits(outs[0].data(), outs[v].data(), static_cast<int64_t>(L) * qw))
       e = tag + ": differs for storage/query variant " + std::to_string(v);
@@ -565,7 +572,7 @@ std::string attention_multi_gate(const AttnFn& f, Backend& gpu, Backend& cpu, co
   for (float v : vs) vmax = std::max(vmax, static_cast<double>(std::fabs(v)));
   const std::vector<double> mag(ref.size(), vmax);
   const auto base = run(gpu, f, {every});
-  std::string e = close(base, ref, mag, 1e-4, tag);
+  std::string e = close(base, ref, mag, attention_tol(gpu), tag);
   const std::vector<std::vector<int>> variants[3] = {{interleaved}, prefixes, singles};
   for (int v = 0; v < 3 && e.empty(); ++v) {
     const auto got = run(gpu, f, variants[v]);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # --matmul-input f32 against bf16 on the card, from prebuilt binaries in $BIN_DIR (default .gpubin):
-#   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes, the GPU model tests
+#   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes (bf16's attention cases
+#                                          under every launch form too), the GPU model tests
 #                                          (MatmulInput included) and the golden check in bf16
 #   tests/gpu/run_matmul_input.sh bench   prefill 4,096 and 512, decode at batch 1, 8 and 64, both
 #                                          modes interleaved (tests/gpu/run_ab.sh), and the contract's
@@ -16,6 +17,12 @@ check)
     --gtest_filter='*MatmulInput*:*Golden*:*Invariance*:*Moe*:*WarmUp*:*Graph*' > "$OUT/tests_gpu.log" 2>&1 &
   MATMUL_INPUT=bf16 timeout 300 python3 tests/gpu/golden_gpu.py "$B"/tensorfold > "$OUT/golden_bf16.log" 2>&1 &
   wait
+  # Every attention launch form in bf16 mode (run_checks.sh runs them at f32).
+  for form in "TF_CUDA_FLASH=0" "TF_CUDA_FLASH_SPLIT=1" "TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_FLASH_SPLIT=3" \
+              "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1"; do
+    echo "bf16 $form: $(env $form timeout 120 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
+      grep -E 'SUMMARY|FAIL')" | tee -a "$OUT/contract_bf16_forms.log"
+  done
   grep -E "SUMMARY|FAIL|MISSED|ERROR" "$OUT"/contract_*.log | head -30
   tail -4 "$OUT/tests_gpu.log"; tail -3 "$OUT/golden_bf16.log" ;;
 bench)

@@ -2,6 +2,7 @@
 // (TF_TEST_DEVICE=cuda: the GPU's few-row, warpgroup and grouped kernels; default: the CPU).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "cpu_test_gates.h"
@@ -98,6 +99,102 @@ TEST(MatmulInput, MatmulManyFollowsIt) {
     EXPECT_TRUE(same_bits(g1.data(), host(*be, r1).data(), M * N1)) << "M=" << M;
     EXPECT_TRUE(same_bits(g2.data(), host(*be, r2).data(), M * N2)) << "M=" << M;
     for (Tensor* t : {&x, &y1, &y2, &xr, &r1, &r2}) be->free(*t);
+  }
+}
+
+
+// Attention in bf16 mode: the order rule's splits of 64 keys with q, k, v and the weights rounded
+// to bf16, here in double beside an independent walk; rows 0..L-1 of one sequence.
+std::vector<double> attention_bf16_reference(const std::vector<float>& q, const std::vector<float>& k,
+                                             const std::vector<float>& v, int L, const AttnParams& p) {
+  const int hd = p.head_dim, qw = p.n_heads * hd, kvw = p.n_kv_heads * hd, group = p.n_heads / p.n_kv_heads;
+  auto r = [](float x) { return static_cast<double>(bf16_to_f32(f32_to_bf16(x))); };
+  std::vector<double> out(static_cast<size_t>(L) * qw);
+  for (int row = 0; row < L; ++row)
+    for (int h = 0; h < p.n_heads; ++h) {
+      const size_t qo = static_cast<size_t>(row) * qw + static_cast<size_t>(h) * hd;
+      const size_t ko = static_cast<size_t>(h / group) * hd;
+      double m = 0, l = 0;
+      std::vector<double> acc(static_cast<size_t>(hd), 0.0);
+      for (int s = 0; s <= row / 64; ++s) {
+        const int lo = 64 * s, hi = std::min(row, 64 * s + 63);
+        std::vector<double> sc;
+        double mx = -INFINITY;
+        for (int i = lo; i <= hi; ++i) {
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += r(q[qo + d]) * r(k[static_cast<size_t>(i) * kvw + ko + d]);
+          sc.push_back(dot * p.scale);
+          mx = std::max(mx, sc.back());
+        }
+        double ls = 0;
+        std::vector<double> as(static_cast<size_t>(hd), 0.0);
+        for (int i = lo; i <= hi; ++i) {
+          const double w = r(static_cast<float>(std::exp(sc[static_cast<size_t>(i - lo)] - mx)));
+          ls += w;
+          for (int d = 0; d < hd; ++d) as[static_cast<size_t>(d)] += w * r(v[static_cast<size_t>(i) * kvw + ko + d]);
+        }
+        const double mn = s == 0 ? mx : std::max(m, mx), a = s == 0 ? 0 : std::exp(m - mn), b = std::exp(mx - mn);
+        l = l * a + ls * b;
+        for (int d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * a + as[static_cast<size_t>(d)] * b;
+        m = mn;
+      }
+      for (int d = 0; d < hd; ++d) out[qo + static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] / l;
+    }
+  return out;
+}
+
+// The backend's attention over rows [b, b + n) of one sequence whose K/V hold rows 0..L-1.
+std::vector<float> run_attention(Backend& be, MatmulInput mi, const std::vector<float>& q, const std::vector<float>& k,
+                                 const std::vector<float>& v, int L, int b, int n, const AttnParams& p) {
+  be.set_matmul_input(mi);
+  const int page = 16, qw = p.n_heads * p.head_dim, kvw = p.n_kv_heads * p.head_dim;
+  auto kv = be.alloc_kv(1, (L + page - 1) / page, page, p.n_kv_heads, p.head_dim);
+  RowLayout all;
+  all.seq_pages.resize(1);
+  for (int i = 0; i < (L + page - 1) / page; ++i) all.seq_pages[0].push_back(i);
+  for (int i = 0; i < L; ++i) all.pos.push_back(i), all.seq.push_back(0);
+  Tensor kt = upload(be, k, L, kvw), vt = upload(be, v, L, kvw);
+  be.kv_store(*kv, 0, kt, vt, all);
+  RowLayout part;
+  part.seq_pages = all.seq_pages;
+  for (int i = b; i < b + n; ++i) part.pos.push_back(i), part.seq.push_back(0);
+  std::vector<float> qp(q.begin() + static_cast<int64_t>(b) * qw, q.begin() + static_cast<int64_t>(b + n) * qw);
+  Tensor qt = upload(be, qp, n, qw), out = poisoned(be, n, qw);
+  be.attention(qt, out, *kv, 0, part, p);
+  auto res = host(be, out);
+  for (Tensor* t : {&kt, &vt, &qt, &out}) be.free(*t);
+  be.set_matmul_input(MatmulInput::F32);
+  return res;
+}
+
+// bf16 mode rounds attention's product inputs too: close to the rule's double-precision walk (a
+// weight near a bf16 midpoint may round the other way: 2^-8 of it), further from it in f32 mode,
+// and a row's bits the same alone as among the prompt's rows.
+TEST(MatmulInput, AttentionFollowsIt) {
+  auto be = device_backend();
+  struct Case { int L, heads, kv_heads, hd; };
+  for (const Case& c : {Case{150, 4, 2, 64}, Case{200, 8, 2, 128}, Case{70, 2, 1, 36}}) {
+    std::mt19937 rng(static_cast<uint32_t>(c.L * 31 + c.hd));
+    AttnParams p;
+    p.n_heads = c.heads, p.n_kv_heads = c.kv_heads, p.head_dim = c.hd;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const int qw = c.heads * c.hd, kvw = c.kv_heads * c.hd;
+    auto q = random_floats(rng, static_cast<size_t>(c.L) * qw, -2.f, 2.f);
+    auto k = random_floats(rng, static_cast<size_t>(c.L) * kvw, -2.f, 2.f);
+    auto v = random_floats(rng, static_cast<size_t>(c.L) * kvw);
+    const auto want = attention_bf16_reference(q, k, v, c.L, p);
+    const auto bf = run_attention(*be, MatmulInput::BF16, q, k, v, c.L, 0, c.L, p);
+    const auto whole = run_attention(*be, MatmulInput::F32, q, k, v, c.L, 0, c.L, p);
+    double err_bf = 0, err_whole = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err_bf = std::max(err_bf, std::fabs(bf[i] - want[i]));
+      err_whole = std::max(err_whole, std::fabs(whole[i] - want[i]));
+    }
+    const std::string what = "L=" + std::to_string(c.L) + " hd=" + std::to_string(c.hd) + " on " + be->name();
+    EXPECT_LT(err_bf, 1e-3) << what;
+    EXPECT_GT(err_whole, 3 * err_bf) << what << ": bf16 mode is no nearer the bf16 rule than f32 mode";
+    const auto last = run_attention(*be, MatmulInput::BF16, q, k, v, c.L, c.L - 1, 1, p);
+    EXPECT_TRUE(same_bits(last.data(), bf.data() + static_cast<int64_t>(c.L - 1) * qw, qw)) << what;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "base/dtype.h"
 #include "base/error.h"
 
 namespace tf::cpu {
@@ -38,6 +39,56 @@ void check_layout(const RowLayout& rows, int64_t m, const char* op) {
   TF_CHECK(static_cast<int64_t>(rows.pos.size()) == m && static_cast<int64_t>(rows.seq.size()) == m,
            op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(),
            " seq ids for ", m, " rows");
+}
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// --matmul-input bf16: the GPU's rule (cuda_attention.cu) with q, k, v and the weights rounded to
+// bf16 where its products take them: per split of 64 keys on the absolute position grid, the
+// split's max and exp-sum of rounded weights, its PV sum, folded into the running state in order.
+// key(i) and value(i) point at position i's K and V rows of this head.
+template <class KeyAt, class ValueAt>
+void attend_bf16(const float* q, int hd, int first, int pos, const AttnParams& p, const KeyAt& key,
+                 const ValueAt& value, std::vector<float>& qr, std::vector<float>& score,
+                 std::vector<float>& acc, std::vector<float>& acc_s, float* out) {
+  constexpr int kSplit = 64;
+  qr.resize(static_cast<size_t>(hd));
+  score.resize(kSplit);
+  acc_s.resize(static_cast<size_t>(hd));
+  for (int d = 0; d < hd; ++d) qr[static_cast<size_t>(d)] = round_bf16(q[d]);
+  float m = 0.0f, l = 0.0f;
+  bool started = false;
+  for (int s = first / kSplit; s <= pos / kSplit; ++s) {
+    const int lo = std::max(first, s * kSplit), hi = std::min(pos, s * kSplit + kSplit - 1);
+    float mx = -INFINITY;
+    for (int i = lo; i <= hi; ++i) {
+      const float* k = key(i);
+      float dot = 0.0f;
+      for (int d = 0; d < hd; ++d) dot += qr[static_cast<size_t>(d)] * round_bf16(k[d]);
+      float y = dot * p.scale;
+      if (p.softcap > 0.0f) y = p.softcap * std::tanh(y / p.softcap);
+      score[static_cast<size_t>(i - lo)] = y;
+      mx = std::max(mx, y);
+    }
+    float ls = 0.0f;
+    std::fill(acc_s.begin(), acc_s.end(), 0.0f);
+    for (int i = lo; i <= hi; ++i) {
+      const float w = round_bf16(std::exp(score[static_cast<size_t>(i - lo)] - mx));
+      ls += w;
+      const float* v = value(i);
+      for (int d = 0; d < hd; ++d) acc_s[static_cast<size_t>(d)] += w * round_bf16(v[d]);
+    }
+    if (!started) {
+      m = mx, l = ls, started = true;
+      acc = acc_s;
+      continue;
+    }
+    const float mn = std::max(m, mx), a = std::exp(m - mn), b = std::exp(mx - mn);
+    l = l * a + ls * b;
+    for (int d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * a + acc_s[static_cast<size_t>(d)] * b;
+    m = mn;
+  }
+  for (int d = 0; d < hd; ++d) out[d] = acc[static_cast<size_t>(d)] / l;
 }
 
 }  // namespace
@@ -94,8 +145,9 @@ void CpuBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, in
   int64_t work = 0;
   for (int r = 0; r < q.rows; ++r) work += (rows.pos[static_cast<size_t>(r)] + 1) * width;
   const CpuKernels& kern = kernels_;
+  const bool bf16 = matmul_input() == MatmulInput::BF16;
   for_rows(tasks, work * 4, [&](int64_t b, int64_t e) {
-    std::vector<float> score, acc(static_cast<size_t>(hd));
+    std::vector<float> score, acc(static_cast<size_t>(hd)), qr, acc_s;
     for (int64_t t = b; t < e; ++t) {
       const int r = static_cast<int>(t / p.n_heads), h = static_cast<int>(t % p.n_heads);
       const int32_t pos = rows.pos[static_cast<size_t>(r)];
@@ -103,6 +155,15 @@ void CpuBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, in
       const auto& pages = rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])];
       const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
       const float* qv = q.row(r) + static_cast<int64_t>(h) * hd;
+      if (bf16) {
+        auto at = [&](int i, bool v) {
+          const int32_t page = pages[static_cast<size_t>(i / kv.page_size)];
+          return (v ? kv.v_at(layer, page, i % kv.page_size) : kv.k_at(layer, page, i % kv.page_size)) + kv_off;
+        };
+        attend_bf16(qv, hd, first, pos, p, [&](int i) { return at(i, false); }, [&](int i) { return at(i, true); },
+                    qr, score, acc, acc_s, out.row(r) + static_cast<int64_t>(h) * hd);
+        continue;
+      }
       const int n = pos - first + 1;
       score.resize(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) {

@@ -5,7 +5,9 @@
 // those holding any of its keys. Products run on tensor cores in tf32: x ~ big + small with
 // big = x cut to tf32 (low 13 mantissa bits cleared) and small = (x - big) cut the same way; a
 // k8 step of a product adds small*big, then big*small, then big*big to its f32 accumulator
-// (mma m16n8k8). Within split s:
+// (mma m16n8k8). With --matmul-input bf16 each operand is instead rounded to bf16 (exact in tf32)
+// and a k8 step is that one product; the weights p_j below are rounded to bf16 as they are made,
+// so l_s sums what the V product takes. Within split s:
 // score_j = that product over dims in steps of 8 in order (dims past head_dim are 0), times
 // scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
 // scores; p_j = expf(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7
@@ -62,7 +64,9 @@ constexpr int q_stride_for(int hd_pad) { return (hd_pad + 31) / 32 * 32 + 4; }
 
 // Stages dims [dim0, dim0 + cw) of split positions [base, base + 64) of the kv head at column
 // head_off into dst (rows of stride floats); positions outside [lo, hi] and dims past head_dim
-// stage as 0, so masked products are exact zeros whatever the pool holds there.
+// stage as 0, so masked products are exact zeros whatever the pool holds there; kLo false:
+// rounded to bf16 as the products take them.
+template <bool kLo>
 __device__ __forceinline__ void stage_split(float* dst, int stride, const float* src,
                                             const int32_t* pt, const AttnArgs& a, int base, int lo,
                                             int hi, int64_t head_off, int dim0, int cw, bool vec) {
@@ -84,6 +88,8 @@ __device__ __forceinline__ void stage_split(float* dst, int stride, const float*
         x.w = left > 3 ? row[3] : 0.0f;
       }
     }
+    x.x = product_input<kLo>(x.x), x.y = product_input<kLo>(x.y);
+    x.z = product_input<kLo>(x.z), x.w = product_input<kLo>(x.w);
     *reinterpret_cast<float4*>(dst + key * stride + d) = x;
   }
 }
@@ -92,7 +98,7 @@ __device__ __forceinline__ void stage_split(float* dst, int stride, const float*
 // pairs at most), over one split (items[1] >= 0: writes partials) or every split of the group
 // folded in order (items[1] < 0). Scores: warp w owns keys 8w..8w+7 of every m tile. PV: warp
 // w owns m tile w % MT and the dim tiles (w + 8j) / MT.
-template <int NC, int MT>
+template <int NC, int MT, bool kLo>
 __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   grid_wait();
   grid_launch_next();
@@ -114,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   const int32_t* pt = a.pages + a.row_pages[r0];
   const int64_t head_off = static_cast<int64_t>(kvh) * hd;
   const bool vec = hd % 4 == 0;
-  stage_q<kThreads>(qs, qst, a, r0, h0, P, kPairs);
+  stage_q<kThreads, kLo>(qs, qst, a, r0, h0, P, kPairs);
   for (int p = threadIdx.x; p < kPairs; p += kThreads) {
     const int row = r0 + (p < P ? p / a.hpb : 0);
     rng[2 * p] = a.row_first[row];
@@ -135,17 +141,17 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
       if (cw <= 0) break;
       __syncthreads();
-      stage_split(kvs, kKs, a.k, pt, a, base, lo, hi, head_off, d0, cw, vec);
+      stage_split<kLo>(kvs, kKs, a.k, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
       for (int kk = 0; kk < cw; kk += 8) {
         uint32_t bb[2], bs[2];
         const float* kr = kvs + (8 * warp + gq) * kKs + kk + tq;
-        split_tf32(kr[0], bb[0], bs[0]);
-        split_tf32(kr[4], bb[1], bs[1]);
+        split_tf32<kLo>(kr[0], bb[0], bs[0]);
+        split_tf32<kLo>(kr[4], bb[1], bs[1]);
         uint32_t ab[MT][4], as[MT][4];
 #pragma unroll
-        for (int t = 0; t < MT; ++t) load_a(qs + 16 * t * qst + d0 + kk, qst, lane, ab[t], as[t]);
-        mma3_shared_b<MT>(sc, ab, as, bb, bs);
+        for (int t = 0; t < MT; ++t) load_a<kLo>(qs + 16 * t * qst + d0 + kk, qst, lane, ab[t], as[t]);
+        mma3_shared_b<kLo, MT>(sc, ab, as, bb, bs);
       }
     }
 #pragma unroll
@@ -167,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
         x[n][0] = v.x, x[n][1] = v.y;
       }
       float mx, lsum;
-      split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+      split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
 #pragma unroll
       for (int n = 0; n < 8; ++n) *reinterpret_cast<float2*>(pr + 8 * n) = make_float2(x[n][0], x[n][1]);
       if (tq != 0) continue;
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
       if (cw <= 0) break;
       __syncthreads();
-      stage_split(kvs, kKs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
+      stage_split<kLo>(kvs, kKs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < kSplit; kk += 8) {
@@ -206,16 +212,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
         const float* pa = ps + (16 * pv_mt + gq) * kPs + kk + 2 * tq;
         const float2 w0 = *reinterpret_cast<const float2*>(pa);
         const float2 w1 = *reinterpret_cast<const float2*>(pa + 8 * kPs);
-        split_a(w0.x, w1.x, w0.y, w1.y, ab, as);
+        split_a<kLo>(w0.x, w1.x, w0.y, w1.y, ab, as);
 #pragma unroll
         for (int j = 0; j < kJ; ++j) {
           const int nt = (warp + 8 * j) / MT, dn = 8 * nt - d0;
           if (nt >= ntiles || dn < 0 || dn >= cw) continue;
           uint32_t bb[2], bs[2];
           const float* vr = kvs + (kk + 2 * tq) * kKs + dn + gq;
-          split_tf32(vr[0], bb[0], bs[0]);
-          split_tf32(vr[kKs], bb[1], bs[1]);
-          mma3(as_[j], ab, as, bb, bs);
+          split_tf32<kLo>(vr[0], bb[0], bs[0]);
+          split_tf32<kLo>(vr[kKs], bb[1], bs[1]);
+          mma3<kLo>(as_[j], ab, as, bb, bs);
         }
       }
     }
@@ -357,12 +363,12 @@ int attn_hpb_cap() {
   return cap;
 }
 
-template <int NC, int MT>
-void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem, int sms) {
+template <int NC, int MT, bool kLo>
+void launch_attention_as(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem, int sms) {
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
     const size_t most = attention_smem(MT, NC * kChunk);
-    TF_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NC, MT>,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<NC, MT, kLo>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(most)),
                   "attention: shared memory of ", most, " bytes");
@@ -370,7 +376,13 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
   }
   // Up to a block an SM may overlap the kernel before it; more start on an idle device.
   const bool overlap = static_cast<int64_t>(items) * yblocks <= sms;
-  launch_on_stream(overlap, attention_kernel<NC, MT>, dim3(items, yblocks), kThreads, smem, a);
+  launch_on_stream(overlap, attention_kernel<NC, MT, kLo>, dim3(items, yblocks), kThreads, smem, a);
+}
+
+template <int NC, int MT>
+void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_t smem, int sms) {
+  if (a.lo) launch_attention_as<NC, MT, true>(a, items, yblocks, smem, sms);
+  else launch_attention_as<NC, MT, false>(a, items, yblocks, smem, sms);
 }
 }  // namespace
 
@@ -494,7 +506,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
              d_meta + at[1], d_meta + at[2], d_meta + at[3], d_meta + at[4], d_meta + at[5],
              d_meta + at[7], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
              p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap,
-             pl.chunk};
+             pl.chunk, matmul_input() == MatmulInput::F32};
   // The flash kernel's groups come first in items, then the tile kernel's.
   const unsigned n_flash = pl.n_flash, n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
   const auto yb = static_cast<unsigned>(yblocks);

@@ -32,6 +32,7 @@ struct Args {
   int64_t ldq;
   float scale, softcap;
   int chunk;  // flash blocks of split-mode groups: consecutive splits a block walks
+  bool lo;    // products in 3xTF32 (f32 inputs whole); false: inputs rounded to bf16, one product
 };
 
 // The fold of one split into the running state; the merge kernel runs the same operations.
@@ -39,11 +40,26 @@ __device__ __forceinline__ float fold(float acc, float a, float acc_s, float b) 
   return __fadd_rn(__fmul_rn(acc, a), __fmul_rn(acc_s, b));
 }
 
+// x as the products take it: rounded to bf16 (nearest even) when kLo is false
+// (--matmul-input bf16), else whole.
+template <bool kLo>
+__device__ __forceinline__ float product_input(float x) {
+  if constexpr (kLo) return x;
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
 // big is x cut to tf32 (top 10 mantissa bits kept), small the exact remainder x - big cut the
-// same way: masks instead of cvt, which runs on a slower pipe.
+// same way: masks instead of cvt, which runs on a slower pipe. kLo false: x was staged through
+// product_input (bf16, exact in tf32), so big is x and there is no small.
+template <bool kLo>
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  big = __float_as_uint(x) & 0xffffe000u;
-  small = __float_as_uint(__fsub_rn(x, __uint_as_float(big))) & 0xffffe000u;
+  if constexpr (kLo) {
+    big = __float_as_uint(x) & 0xffffe000u;
+    small = __float_as_uint(__fsub_rn(x, __uint_as_float(big))) & 0xffffe000u;
+  } else {
+    big = __float_as_uint(x);
+    small = 0;
+  }
 }
 
 // Not volatile: the compiler may interleave independent accumulators' chains.
@@ -64,63 +80,68 @@ using AFrag = uint32_t[4];
 using BFrag = uint32_t[2];
 
 // One k8 step of the rule's product for N accumulators: small*big, big*small, then big*big,
-// issued term by term so that no mma waits on the one before. a(i) and b(i) give accumulator
-// i's operands as BigSmall pairs of fragments.
-template <int N, class FA, class FB>
+// issued term by term so that no mma waits on the one before (kLo false: big*big alone). a(i)
+// and b(i) give accumulator i's operands as BigSmall pairs of fragments.
+template <bool kLo, int N, class FA, class FB>
 __device__ __forceinline__ void mma3_each(float (&d)[N][4], FA a, FB b) {
+  if constexpr (kLo) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).small, b(i).big);
+    for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).small, b(i).big);
 #pragma unroll
-  for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).big, b(i).small);
+    for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).big, b(i).small);
+  }
 #pragma unroll
   for (int i = 0; i < N; ++i) mma_tf32(d[i], a(i).big, b(i).big);
 }
 
 // The step for one accumulator.
+template <bool kLo>
 __device__ __forceinline__ void mma3(float (&d)[4], const AFrag& ab, const AFrag& as, const BFrag& bb,
                                      const BFrag& bs) {
-  mma3_each<1>(reinterpret_cast<float(&)[1][4]>(d), [&](int) { return BigSmall<AFrag>{ab, as}; },
-               [&](int) { return BigSmall<BFrag>{bb, bs}; });
+  mma3_each<kLo, 1>(reinterpret_cast<float(&)[1][4]>(d), [&](int) { return BigSmall<AFrag>{ab, as}; },
+                    [&](int) { return BigSmall<BFrag>{bb, bs}; });
 }
 
 // The step for N accumulators sharing A.
-template <int N>
+template <bool kLo, int N>
 __device__ __forceinline__ void mma3_shared_a(float (&d)[N][4], const AFrag& ab, const AFrag& as,
                                               const BFrag (&bb)[N], const BFrag (&bs)[N]) {
-  mma3_each<N>(d, [&](int) { return BigSmall<AFrag>{ab, as}; },
-               [&](int i) { return BigSmall<BFrag>{bb[i], bs[i]}; });
+  mma3_each<kLo, N>(d, [&](int) { return BigSmall<AFrag>{ab, as}; },
+                    [&](int i) { return BigSmall<BFrag>{bb[i], bs[i]}; });
 }
 
 // The step for N accumulators sharing B.
-template <int N>
+template <bool kLo, int N>
 __device__ __forceinline__ void mma3_shared_b(float (&d)[N][4], const AFrag (&ab)[N],
                                               const AFrag (&as)[N], const BFrag& bb, const BFrag& bs) {
-  mma3_each<N>(d, [&](int i) { return BigSmall<AFrag>{ab[i], as[i]}; },
-               [&](int) { return BigSmall<BFrag>{bb, bs}; });
+  mma3_each<kLo, N>(d, [&](int i) { return BigSmall<AFrag>{ab[i], as[i]}; },
+                    [&](int) { return BigSmall<BFrag>{bb, bs}; });
 }
 
 // Splits the four A values of a fragment (rows g, g + 8 at slots t, t + 4) into big and small.
+template <bool kLo>
 __device__ __forceinline__ void split_a(float x0, float x1, float x2, float x3, uint32_t (&ab)[4],
                                         uint32_t (&as)[4]) {
-  split_tf32(x0, ab[0], as[0]);
-  split_tf32(x1, ab[1], as[1]);
-  split_tf32(x2, ab[2], as[2]);
-  split_tf32(x3, ab[3], as[3]);
+  split_tf32<kLo>(x0, ab[0], as[0]);
+  split_tf32<kLo>(x1, ab[1], as[1]);
+  split_tf32<kLo>(x2, ab[2], as[2]);
+  split_tf32<kLo>(x3, ab[3], as[3]);
 }
 
 // A fragment (16 x 8, row major) at src with row stride ld, split into big and small.
+template <bool kLo>
 __device__ __forceinline__ void load_a(const float* src, int ld, int lane, uint32_t (&ab)[4],
                                        uint32_t (&as)[4]) {
   const float* p = src + (lane >> 2) * ld + (lane & 3);
-  split_tf32(p[0], ab[0], as[0]);
-  split_tf32(p[8 * ld], ab[1], as[1]);
-  split_tf32(p[4], ab[2], as[2]);
-  split_tf32(p[8 * ld + 4], ab[3], as[3]);
+  split_tf32<kLo>(p[0], ab[0], as[0]);
+  split_tf32<kLo>(p[8 * ld], ab[1], as[1]);
+  split_tf32<kLo>(p[4], ab[2], as[2]);
+  split_tf32<kLo>(p[8 * ld + 4], ab[3], as[3]);
 }
 
 // Stages a block's q rows into qs (row stride ld): pair p is row r0 + p / hpb, head h0 + p % hpb;
 // dims past head_dim and pairs past P stage as 0. T: the block's threads.
-template <int T>
+template <int T, bool kLo>
 __device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0, int h0, int P, int pairs) {
   const int hd = a.head_dim, hdp = a.hd_pad;
   for (int e = threadIdx.x; e < pairs * hdp; e += T) {
@@ -128,13 +149,31 @@ __device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0
     float x = 0.0f;
     if (p < P && d < hd)
       x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
-    qs[p * ld + d] = x;
+    qs[p * ld + d] = product_input<kLo>(x);
+  }
+}
+
+// kLo false: rounds the staged tile's rows t[key][0..hdp) (stride kKs) to bf16 in place, by T
+// threads, once for every warp that reads them. The caller syncs before and after.
+template <int T, bool kLo>
+__device__ __forceinline__ void round_tile(float* t, int hdp) {
+  if constexpr (!kLo) {
+    const int c4 = hdp / 4;
+    for (int e = threadIdx.x; e < kSplit * c4; e += T) {
+      float4* x = reinterpret_cast<float4*>(t + (e / c4) * kKs + 4 * (e % c4));
+      float4 v = *x;
+      v.x = product_input<false>(v.x), v.y = product_input<false>(v.y);
+      v.z = product_input<false>(v.z), v.w = product_input<false>(v.w);
+      *x = v;
+    }
   }
 }
 
 // The split softmax of one (row, head) whose 64 scores sit four lanes to a quad: lane t holds
 // keys 8n + 2t + e as x[n][e]. Keys outside [klo, khi] (split-relative) are masked. Returns the
 // split's max (-inf when no key is in range) and exp-sum; x becomes the weights (0 where masked).
+// kLo false: each weight is rounded to bf16 as the PV product takes it, and the sum adds those.
+template <bool kLo>
 __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
                                               float softcap, float& mx, float& lsum) {
   mx = -INFINITY;
@@ -157,7 +196,7 @@ __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, 
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) x[n][e] = x[n][e] == -INFINITY ? 0.0f : expf(__fsub_rn(x[n][e], mx));
+    for (int e = 0; e < 2; ++e) x[n][e] = x[n][e] == -INFINITY ? 0.0f : product_input<kLo>(expf(__fsub_rn(x[n][e], mx)));
     const float pair = __fadd_rn(x[n][0], x[n][1]);
     sum = n == 0 ? pair : __fadd_rn(sum, pair);
   }

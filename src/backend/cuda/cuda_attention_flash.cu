@@ -75,6 +75,7 @@ __device__ __forceinline__ void zero_v_tail(float* vs, int hdp) {
     vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
 }
 
+template <bool kLo>
 __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   grid_wait();
   grid_launch_next();
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     stage_tile<kThreads>(dst, src, kslot + buf * kSplit, hd, c4);
   };
   fill_slots<kThreads>(kslot, a, it, s0);
-  stage_q<kThreads>(qs, kKs, a, r0, h0, P, kPairs);
+  stage_q<kThreads, kLo>(qs, kKs, a, r0, h0, P, kPairs);
   zero_v_tail<kThreads>(vs, hdp);
   // This thread's two pairs: rows gq and gq + 8 of the warp's m tile.
   int pfirst[2], ppos[2];
@@ -120,6 +121,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     if (s < s1) fill_slots<kThreads>(kslot + (buf ^ 1) * kSplit, a, it, s + 1);
     cp_async_wait<1>();
     __syncthreads();
+    if constexpr (!kLo) {
+      round_tile<kThreads, kLo>(ks, hdp);
+      __syncthreads();
+    }
     float sc[8][4];
     int mode[2] = {0, 0};
     float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
@@ -129,17 +134,17 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll 1
       for (int kk = 0; kk < hdp; kk += 8) {
         uint32_t ab[4], as[4];
-        load_a(qs + 16 * warp * kKs + kk, kKs, lane, ab, as);
+        load_a<kLo>(qs + 16 * warp * kKs + kk, kKs, lane, ab, as);
 #pragma unroll
         for (int n4 = 0; n4 < 8; n4 += 4) {
           uint32_t bb[4][2], bs[4][2];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const float* kr = ks + (8 * (n4 + i) + gq) * kKs + kk + tq;
-            split_tf32(kr[0], bb[i][0], bs[i][0]);
-            split_tf32(kr[4], bb[i][1], bs[i][1]);
+            split_tf32<kLo>(kr[0], bb[i][0], bs[i][0]);
+            split_tf32<kLo>(kr[4], bb[i][1], bs[i][1]);
           }
-          mma3_shared_a(*reinterpret_cast<float(*)[4][4]>(&sc[n4]), ab, as, bb, bs);
+          mma3_shared_a<kLo>(*reinterpret_cast<float(*)[4][4]>(&sc[n4]), ab, as, bb, bs);
         }
       }
 #pragma unroll
@@ -149,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
         float mx, lsum;
-        split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+        split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
 #pragma unroll
         for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
         if (klo > khi) continue;
@@ -177,6 +182,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
+    if constexpr (!kLo) {
+      round_tile<kThreads, kLo>(vs, hdp);
+      __syncthreads();
+    }
     if (busy) {
       // acc_s per half of the dim tiles; A slots t and t + 4 take keys 8n + 2t and 8n + 2t + 1.
 #pragma unroll
@@ -187,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           uint32_t ab[4], as[4];
-          split_a(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+          split_a<kLo>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
 #pragma unroll
           for (int j4 = 0; j4 < 8; j4 += 4) {
             if (8 * (8 * half + j4) >= hdp) break;
@@ -195,10 +204,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const float* vr = vs + (8 * n + 2 * tq) * kKs + 8 * (8 * half + j4 + i) + gq;
-              split_tf32(vr[0], bb[i][0], bs[i][0]);
-              split_tf32(vr[kKs], bb[i][1], bs[i][1]);
+              split_tf32<kLo>(vr[0], bb[i][0], bs[i][0]);
+              split_tf32<kLo>(vr[kKs], bb[i][1], bs[i][1]);
             }
-            mma3_shared_a(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
+            mma3_shared_a<kLo>(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
           }
         }
         if (part) {
@@ -247,11 +256,13 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 // Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
 // scores of key tile w and the products of dim tiles 2w and 2w + 1; warps 0 and 1 run the split
 // softmax on the exchanged scores, so each accumulator keeps the order of the kernel above. The
-// next split's K loads while this split's V does: two tiles in flight.
+// next split's K loads while this split's V does: two tiles in flight. Each K and V element is
+// read by one warp, so bf16 mode rounds them where they are read (no pass over the tile).
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
 constexpr size_t kDecSmem = static_cast<size_t>(kDecPairs + 3 * kSplit) * kKs * sizeof(float) +
                             2 * kSplit * sizeof(int64_t);
 
+template <bool kLo>
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   grid_wait();
   grid_launch_next();
@@ -268,7 +279,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     stage_tile<kDecThreads>(dst, src, kslot + buf * kSplit, hd, c4);
   };
   fill_slots<kDecThreads>(kslot, a, it, s0);
-  stage_q<kDecThreads>(qs, kKs, a, r0, h0, P, kDecPairs);
+  stage_q<kDecThreads, kLo>(qs, kKs, a, r0, h0, P, kDecPairs);
   zero_v_tail<kDecThreads>(vs, hdp);
   int pfirst[2], ppos[2];
 #pragma unroll
@@ -296,11 +307,11 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
 #pragma unroll 4
     for (int kk = 0; kk < hdp; kk += 8) {
       uint32_t ab[4], as[4], bb[2], bs[2];
-      load_a(qs + kk, kKs, lane, ab, as);
+      load_a<kLo>(qs + kk, kKs, lane, ab, as);
       const float* kr = ks + (8 * warp + gq) * kKs + kk + tq;
-      split_tf32(kr[0], bb[0], bs[0]);
-      split_tf32(kr[4], bb[1], bs[1]);
-      mma3(sw, ab, as, bb, bs);
+      split_tf32<kLo>(product_input<kLo>(kr[0]), bb[0], bs[0]);
+      split_tf32<kLo>(product_input<kLo>(kr[4]), bb[1], bs[1]);
+      mma3<kLo>(sw, ab, as, bb, bs);
     }
     // The scores go to this warp's own K rows ([pair][8 keys]): no other warp reads them as K.
     __syncwarp();
@@ -322,7 +333,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
         x[n][0] = u.x, x[n][1] = u.y;
       }
       float mx, lsum;
-      split_softmax(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+      split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
 #pragma unroll
       for (int n = 0; n < 8; ++n)
         *reinterpret_cast<float2*>(ks + 8 * n * kKs + 8 * (gq + 8 * h) + 2 * tq) = make_float2(x[n][0], x[n][1]);
@@ -352,15 +363,15 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         uint32_t ab[4], as[4];
-        split_a(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+        split_a<kLo>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
         uint32_t bb[2][2], bs[2][2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const float* vr = vs + (8 * n + 2 * tq) * kKs + 8 * (2 * warp + i) + gq;
-          split_tf32(vr[0], bb[i][0], bs[i][0]);
-          split_tf32(vr[kKs], bb[i][1], bs[i][1]);
+          split_tf32<kLo>(product_input<kLo>(vr[0]), bb[i][0], bs[i][0]);
+          split_tf32<kLo>(product_input<kLo>(vr[kKs]), bb[i][1], bs[i][1]);
         }
-        mma3_shared_a(os, ab, as, bb, bs);
+        mma3_shared_a<kLo>(os, ab, as, bb, bs);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -379,28 +390,40 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   }
 }
 
-}  // namespace
-
-void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks) {
+template <bool kLo>
+void launch_flash_decode_as(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kDecSmem)),
                   "attention: shared memory of ", kDecSmem, " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(flash_decode_kernel, dim3(n_items, yblocks), kDecThreads, kDecSmem, a);
+  launch_kernel_whole(flash_decode_kernel<kLo>, dim3(n_items, yblocks), kDecThreads, kDecSmem, a);
 }
 
-void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
+template <bool kLo>
+void launch_flash_as(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kSmem)),
                   "attention: shared memory of ", kSmem, " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(flash_kernel, dim3(n_items, yblocks), kThreads, kSmem, a);
+  launch_kernel_whole(flash_kernel<kLo>, dim3(n_items, yblocks), kThreads, kSmem, a);
+}
+
+}  // namespace
+
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks) {
+  if (a.lo) launch_flash_decode_as<true>(a, n_items, yblocks);
+  else launch_flash_decode_as<false>(a, n_items, yblocks);
+}
+
+void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
+  if (a.lo) launch_flash_as<true>(a, n_items, yblocks);
+  else launch_flash_as<false>(a, n_items, yblocks);
 }
 
 }  // namespace tf::cuda::attn
