@@ -276,6 +276,27 @@ def bench_one(kind, url, a, pool, procs, prompts, warm, check):
     return row, ids
 
 
+def engine_rounds(url):
+    """TensorFold's /metrics over the server's life: the mean decode-only round and its forward
+    (ms), and the emit per generated token (us); empty when the counters are missing."""
+    try:
+        text = requests.get(url + "/metrics", timeout=10).text
+    except requests.RequestException:
+        return {}
+    v = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith("tensorfold_"):
+            v[parts[0]] = float(parts[1])
+    n, gen = v.get("tensorfold_decode_rounds_total", 0), v.get("tensorfold_generation_tokens_total", 0)
+    if not n or not gen:
+        return {}
+    return {"decode_rounds": int(n),
+            "decode_round_ms": round(1e3 * v["tensorfold_decode_round_seconds_total"] / n, 3),
+            "decode_forward_ms": round(1e3 * v["tensorfold_decode_round_forward_seconds_total"] / n, 3),
+            "emit_us_per_token": round(1e6 * v["tensorfold_round_emit_seconds_total"] / gen, 1)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--streams", type=int, default=64, help="concurrent requests (and lanes / slots)")
@@ -342,6 +363,8 @@ def main():
             with ctx as (url, log_path):
                 log(f"{kind}: ready after {time.perf_counter() - t_start:.1f} s")
                 rows[kind], ids[kind] = bench_one(kind, url, a, pool, procs, prompts, warm, check)
+                if kind == "tensorfold":
+                    rows[kind].update(engine_rounds(url))
                 if log_path and a.logs_dir:
                     os.makedirs(a.logs_dir, exist_ok=True)
                     with open(log_path, errors="replace") as src, \

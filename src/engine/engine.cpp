@@ -196,6 +196,9 @@ EngineStats Engine::stats() const {
   s.round_seconds = static_cast<double>(round_ns_.load()) * 1e-9;
   s.forward_seconds = static_cast<double>(forward_ns_.load()) * 1e-9;
   s.emit_seconds = static_cast<double>(emit_ns_.load()) * 1e-9;
+  s.decode_rounds = decode_rounds_;
+  s.decode_round_seconds = static_cast<double>(decode_round_ns_.load()) * 1e-9;
+  s.decode_forward_seconds = static_cast<double>(decode_forward_ns_.load()) * 1e-9;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
   s.state_slots = state_pool_.capacity();
@@ -475,10 +478,12 @@ bool Engine::step_round() {
   }
   reserve_logits(in.logit_rows.size() * static_cast<size_t>(model_.vocab_size()));
   std::vector<float>& logits = logits_;
+  uint64_t forward_ns = 0;
   try {
     const auto t_forward = std::chrono::steady_clock::now();
     model_.forward(in, *kv_, logits, sampled_);
-    forward_ns_ += ns_since(t_forward);
+    forward_ns = ns_since(t_forward);
+    forward_ns_ += forward_ns;
     reserve_logits(logits.size());  // a model that grew the buffer itself gets it pinned again
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
@@ -545,7 +550,13 @@ bool Engine::step_round() {
   for (Draw& d : draws_) emit(*d.lane, d);
   draws_.clear();
   emit_ns_ += ns_since(t_emit);
-  round_ns_ += ns_since(t_round);
+  const uint64_t round_ns = ns_since(t_round);
+  round_ns_ += round_ns;
+  if (std::all_of(plan.items.begin(), plan.items.end(), [](const PlanItem& it) { return it.decode; })) {
+    ++decode_rounds_;
+    decode_round_ns_ += round_ns;
+    decode_forward_ns_ += forward_ns;
+  }
   return true;
 }
 

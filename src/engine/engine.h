@@ -90,6 +90,9 @@ struct EngineStats {
   // Engine-thread seconds in rounds: all of each, its model forward (device work and the wait
   // for its draws), and handing the drawn tokens to their requests (streams, stop checks).
   double round_seconds = 0, forward_seconds = 0, emit_seconds = 0;
+  // The same for the rounds whose rows all decode (no prefill chunk), the steady state of a load.
+  uint64_t decode_rounds = 0;
+  double decode_round_seconds = 0, decode_forward_seconds = 0;
   int state_slots = 0, state_slots_used = 0;  // recurrent state pool (0 for attention-only models)
   uint64_t state_bytes = 0;                   // one slot
   PrefixStats cache;
@@ -195,6 +198,7 @@ class Engine {
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> rounds_{0}, prompt_tokens_{0}, generated_tokens_{0};
   std::atomic<uint64_t> round_ns_{0}, forward_ns_{0}, emit_ns_{0};
+  std::atomic<uint64_t> decode_rounds_{0}, decode_round_ns_{0}, decode_forward_ns_{0};
   std::atomic<int> busy_{0};
 };
 

@@ -81,6 +81,12 @@ std::string Metrics::render(const EngineStats& st) const {
           "Of those, the model forward: device work and the wait for its draws.", cat(st.forward_seconds));
   counter("tensorfold_round_emit_seconds_total",
           "Of those, handing drawn tokens to their requests and streams.", cat(st.emit_seconds));
+  counter("tensorfold_decode_rounds_total", "Rounds whose rows all decode (no prefill chunk).",
+          std::to_string(st.decode_rounds));
+  counter("tensorfold_decode_round_seconds_total", "Engine-thread seconds in those rounds.",
+          cat(st.decode_round_seconds));
+  counter("tensorfold_decode_round_forward_seconds_total", "Of those, the model forward.",
+          cat(st.decode_forward_seconds));
   return out;
 }
 

@@ -27,11 +27,17 @@ def test_64_clients(tensorfold_bin):
     assert "tensorfold_lanes_busy 0" in metrics
     # Engine-thread seconds: a round holds its forward and its emit, so neither passes it.
     value = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
-             if line.startswith("tensorfold_round")}
+             if line.startswith(("tensorfold_round", "tensorfold_decode_round"))}
     total = value["tensorfold_round_seconds_total"]
     assert 0 < value["tensorfold_round_forward_seconds_total"] <= total, value
     assert 0 < value["tensorfold_round_emit_seconds_total"] <= total, value
     assert value["tensorfold_round_forward_seconds_total"] + value["tensorfold_round_emit_seconds_total"] <= total
+    # Decode-only rounds (4 tokens a request: most rounds) are a part of all rounds.
+    rounds = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+              if line.startswith(("tensorfold_rounds_total", "tensorfold_decode_rounds_total"))}
+    assert 0 < rounds["tensorfold_decode_rounds_total"] < rounds["tensorfold_rounds_total"], rounds
+    decode = value["tensorfold_decode_round_seconds_total"]
+    assert 0 < value["tensorfold_decode_round_forward_seconds_total"] <= decode < total, value
 
 
 def test_long_prompts_being_tokenized_leave_the_io_threads_free(tensorfold_bin):
