@@ -141,10 +141,12 @@ CudaBackend::CudaBackend(int device)
   const char* graphs = std::getenv("TF_CUDA_GRAPHS");
   graph_->on = graphs && std::string(graphs) == "1";
   const char* env = std::getenv("TF_CUDA_PROFILE");
-  if (env && *env && std::string(env) != "0") set_profiling(true);
+  if (env && *env && std::string(env) != "0") set_profiling(true), profile_at_exit_ = true;
 }
 
 CudaBackend::~CudaBackend() {
+  // TF_CUDA_PROFILE: whatever ran (a server's whole life) leaves its per-op table at exit.
+  if (prof_ && profile_at_exit_) std::fprintf(stderr, "profile (TF_CUDA_PROFILE):\n%s", profile_take().c_str());
   graph_.reset();
   blocks_.release_all([](float* p) { cudaFree(p); });
   cudaFree(scratch_);

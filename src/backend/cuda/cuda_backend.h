@@ -199,6 +199,7 @@ class CudaBackend : public Backend {
     OpProfile* prof_;
     int key_ = 0;
     void* a_ = nullptr;
+    std::chrono::steady_clock::time_point t0_;
   };
 
  private:
@@ -237,6 +238,7 @@ class CudaBackend : public Backend {
   unsigned* counters_ = nullptr;
   uint64_t counters_n_ = 0;
   std::unique_ptr<OpProfile> prof_;
+  bool profile_at_exit_ = false;  // TF_CUDA_PROFILE set: the table goes to stderr at exit
   std::unique_ptr<GraphState> graph_;
   // meta() while a round is recorded or replayed: the round's arrays in the fixed graph arena.
   const void* graph_meta(const void* src, uint64_t n);

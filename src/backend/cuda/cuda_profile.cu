@@ -37,6 +37,7 @@ CudaBackend::ProfScope::ProfScope(CudaBackend& be, const char* op, const std::st
   if (name) k.append(1, ' ').append(fold_digits(*name));
   k += " m=" + std::to_string(rows);
   key_ = prof_->key(k);
+  t0_ = std::chrono::steady_clock::now();
   a_ = prof_->event();
   TF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(a_), stream()), "profile: record");
 }
@@ -46,6 +47,8 @@ CudaBackend::ProfScope::~ProfScope() {
   cudaEvent_t b = prof_->event();
   cudaEventRecord(b, stream());
   prof_->pending.push_back({key_, static_cast<cudaEvent_t>(a_), b});
+  prof_->host_ms[static_cast<size_t>(key_)] +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
   if (prof_->pending.size() >= 4096) prof_->drain();
 }
 
@@ -69,16 +72,18 @@ std::string CudaBackend::profile_take() {
   std::snprintf(line, sizeof line, "  GPU op time %.3f ms over %lld ops\n", total,
                 static_cast<long long>(n));
   out += line;
-  std::snprintf(line, sizeof line, "  %10s %6s %8s %10s  %s\n", "ms", "%", "calls", "us/call", "op");
+  std::snprintf(line, sizeof line, "  %10s %6s %8s %10s %10s  %s\n", "ms", "%", "calls", "us/call", "host us", "op");
   out += line;
   for (size_t i : order) {
     if (p.calls[i] == 0) continue;
-    std::snprintf(line, sizeof line, "  %10.3f %6.2f %8lld %10.2f  %s\n", p.ms[i],
+    std::snprintf(line, sizeof line, "  %10.3f %6.2f %8lld %10.2f %10.2f  %s\n", p.ms[i],
                   total > 0 ? 100.0 * p.ms[i] / total : 0.0, static_cast<long long>(p.calls[i]),
-                  1000.0 * p.ms[i] / static_cast<double>(p.calls[i]), p.keys[i].c_str());
+                  1000.0 * p.ms[i] / static_cast<double>(p.calls[i]),
+                  1000.0 * p.host_ms[i] / static_cast<double>(p.calls[i]), p.keys[i].c_str());
     out += line;
   }
   std::fill(p.ms.begin(), p.ms.end(), 0.0);
+  std::fill(p.host_ms.begin(), p.host_ms.end(), 0.0);
   std::fill(p.calls.begin(), p.calls.end(), 0);
   return out;
 }

@@ -18,6 +18,7 @@ struct OpProfile {
   std::unordered_map<std::string, int> index;
   std::vector<std::string> keys;
   std::vector<double> ms;
+  std::vector<double> host_ms;  // the host's time inside each op's call (launch work, waits)
   std::vector<int64_t> calls;
 
   ~OpProfile() {
@@ -36,7 +37,7 @@ struct OpProfile {
   }
   int key(const std::string& k) {
     auto [it, added] = index.emplace(k, static_cast<int>(keys.size()));
-    if (added) keys.push_back(k), ms.push_back(0.0), calls.push_back(0);
+    if (added) keys.push_back(k), ms.push_back(0.0), host_ms.push_back(0.0), calls.push_back(0);
     return it->second;
   }
   // Waits for every recorded op and adds its time.
