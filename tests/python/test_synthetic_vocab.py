@@ -1,7 +1,7 @@
 """bench/synthetic_vocab.py: the tokenizer.json that random-weight models are served with must load
 in HF `tokenizers` and in `tensorfold tokenize` alike, give one ASCII piece per id, and never
 replace a folder's own tokenizer.json. Also bench/bench_servers.py's argument checks for a run of
-one server."""
+one server, and the engine rounds it reads from TensorFold's /metrics."""
 import json
 import subprocess
 import sys
@@ -71,3 +71,17 @@ def test_rejects_a_vocabulary_too_small_or_missing(tmp_path):
 def test_bench_servers_checks_what_the_order_needs(args, message):
     r = run_cli(REPO / "bench" / "bench_servers.py", *args)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_bench_servers_reads_the_engine_rounds(tensorfold_bin):
+    # A small run against the built-in model on the CPU: the TensorFold row carries the mean
+    # decode-only round and its forward from the server's /metrics, and the emit per token.
+    r = run_cli(REPO / "bench" / "bench_servers.py", "--tf-bin", tensorfold_bin, "--tf-model",
+                REPO / "models" / "default", "--device", "cpu", "--tf-args=--threads 2", "--order", "tensorfold",
+                "-n", 4, "-p", 16, "-g", 8, "--rounds", 1, "--check-prompts", 0, "--client-procs", 1)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = next(json.loads(line) for line in r.stdout.splitlines() if '"server"' in line)
+    assert row["errors"] == 0 and row["generated"] == 4 * 8, row
+    assert row["decode_rounds"] > 0, row
+    assert row["decode_round_ms"] >= row["decode_forward_ms"] > 0, row
+    assert row["emit_us_per_token"] > 0, row
