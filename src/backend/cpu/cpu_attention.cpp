@@ -41,54 +41,64 @@ void check_layout(const RowLayout& rows, int64_t m, const char* op) {
            " seq ids for ", m, " rows");
 }
 
-float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+// Rounds n floats to bf16 (nearest even), as the GPU's products take them.
+void round_bf16(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
 
 // --matmul-input bf16: the GPU's rule (cuda_attention.cu) with q, k, v and the weights rounded to
 // bf16 where its products take them: per split of 64 keys on the absolute position grid, the
 // split's max and exp-sum of rounded weights, its PV sum, folded into the running state in order.
-// key(i) and value(i) point at position i's K and V rows of this head.
+// One row and one kv head: each split's K and V rows are rounded once for the group's heads.
+// key(i) and value(i) point at position i's K and V rows of the kv head; q and out at the
+// group's first head (heads hd apart).
+struct Bf16Scratch {
+  std::vector<float> k, v, q, score, acc, acc_s, m, l;
+};
+
 template <class KeyAt, class ValueAt>
-void attend_bf16(const float* q, int hd, int first, int pos, const AttnParams& p, const KeyAt& key,
-                 const ValueAt& value, std::vector<float>& qr, std::vector<float>& score,
-                 std::vector<float>& acc, std::vector<float>& acc_s, float* out) {
+void attend_bf16(const CpuKernels& kern, const float* q, int group, int hd, int first, int pos,
+                 const AttnParams& p, const KeyAt& key, const ValueAt& value, Bf16Scratch& sc, float* out) {
   constexpr int kSplit = 64;
-  qr.resize(static_cast<size_t>(hd));
-  score.resize(kSplit);
-  acc_s.resize(static_cast<size_t>(hd));
-  for (int d = 0; d < hd; ++d) qr[static_cast<size_t>(d)] = round_bf16(q[d]);
-  float m = 0.0f, l = 0.0f;
-  bool started = false;
+  const size_t d = static_cast<size_t>(hd), g = static_cast<size_t>(group);
+  sc.k.resize(kSplit * d), sc.v.resize(kSplit * d), sc.score.resize(kSplit);
+  sc.q.resize(g * d), sc.acc.assign(g * d, 0.0f), sc.acc_s.resize(d), sc.m.assign(g, 0.0f), sc.l.assign(g, 0.0f);
+  round_bf16(q, sc.q.data(), group * hd);
   for (int s = first / kSplit; s <= pos / kSplit; ++s) {
-    const int lo = std::max(first, s * kSplit), hi = std::min(pos, s * kSplit + kSplit - 1);
-    float mx = -INFINITY;
-    for (int i = lo; i <= hi; ++i) {
-      const float* k = key(i);
-      float dot = 0.0f;
-      for (int d = 0; d < hd; ++d) dot += qr[static_cast<size_t>(d)] * round_bf16(k[d]);
-      float y = dot * p.scale;
-      if (p.softcap > 0.0f) y = p.softcap * std::tanh(y / p.softcap);
-      score[static_cast<size_t>(i - lo)] = y;
-      mx = std::max(mx, y);
+    const int lo = std::max(first, s * kSplit), hi = std::min(pos, s * kSplit + kSplit - 1), n = hi - lo + 1;
+    for (int i = 0; i < n; ++i) {
+      round_bf16(key(lo + i), sc.k.data() + static_cast<size_t>(i) * d, hd);
+      round_bf16(value(lo + i), sc.v.data() + static_cast<size_t>(i) * d, hd);
     }
-    float ls = 0.0f;
-    std::fill(acc_s.begin(), acc_s.end(), 0.0f);
-    for (int i = lo; i <= hi; ++i) {
-      const float w = round_bf16(std::exp(score[static_cast<size_t>(i - lo)] - mx));
-      ls += w;
-      const float* v = value(i);
-      for (int d = 0; d < hd; ++d) acc_s[static_cast<size_t>(d)] += w * round_bf16(v[d]);
+    for (size_t h = 0; h < g; ++h) {
+      float mx = -INFINITY;
+      for (int i = 0; i < n; ++i) {
+        float y = kern.dot(sc.q.data() + h * d, sc.k.data() + static_cast<size_t>(i) * d, hd) * p.scale;
+        if (p.softcap > 0.0f) y = p.softcap * std::tanh(y / p.softcap);
+        sc.score[static_cast<size_t>(i)] = y;
+        mx = std::max(mx, y);
+      }
+      float ls = 0.0f;
+      std::fill(sc.acc_s.begin(), sc.acc_s.end(), 0.0f);
+      for (int i = 0; i < n; ++i) {
+        const float w = bf16_to_f32(f32_to_bf16(std::exp(sc.score[static_cast<size_t>(i)] - mx)));
+        ls += w;
+        kern.axpy(sc.acc_s.data(), sc.v.data() + static_cast<size_t>(i) * d, w, hd);
+      }
+      float* acc = sc.acc.data() + h * d;
+      if (s == first / kSplit) {
+        sc.m[h] = mx, sc.l[h] = ls;
+        std::copy(sc.acc_s.begin(), sc.acc_s.end(), acc);
+        continue;
+      }
+      const float mn = std::max(sc.m[h], mx), a = std::exp(sc.m[h] - mn), b = std::exp(mx - mn);
+      sc.l[h] = sc.l[h] * a + ls * b;
+      for (size_t j = 0; j < d; ++j) acc[j] = acc[j] * a + sc.acc_s[j] * b;
+      sc.m[h] = mn;
     }
-    if (!started) {
-      m = mx, l = ls, started = true;
-      acc = acc_s;
-      continue;
-    }
-    const float mn = std::max(m, mx), a = std::exp(m - mn), b = std::exp(mx - mn);
-    l = l * a + ls * b;
-    for (int d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * a + acc_s[static_cast<size_t>(d)] * b;
-    m = mn;
   }
-  for (int d = 0; d < hd; ++d) out[d] = acc[static_cast<size_t>(d)] / l;
+  for (size_t h = 0; h < g; ++h)
+    for (size_t j = 0; j < d; ++j) out[h * d + j] = sc.acc[h * d + j] / sc.l[h];
 }
 
 }  // namespace
@@ -145,9 +155,28 @@ void CpuBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, in
   int64_t work = 0;
   for (int r = 0; r < q.rows; ++r) work += (rows.pos[static_cast<size_t>(r)] + 1) * width;
   const CpuKernels& kern = kernels_;
-  const bool bf16 = matmul_input() == MatmulInput::BF16;
+  if (matmul_input() == MatmulInput::BF16) {
+    // A task is one row and one kv head, so each split's K and V are rounded once for its group.
+    const int64_t kv_tasks = q.rows * p.n_kv_heads;
+    for_rows(kv_tasks, work * 4, [&](int64_t b, int64_t e) {
+      Bf16Scratch sc;
+      for (int64_t t = b; t < e; ++t) {
+        const int r = static_cast<int>(t / p.n_kv_heads), kvh = static_cast<int>(t % p.n_kv_heads);
+        const int32_t pos = rows.pos[static_cast<size_t>(r)];
+        const auto& pages = rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])];
+        const int64_t kv_off = static_cast<int64_t>(kvh) * hd, q_off = kv_off * group;
+        auto at = [&](int i, bool v) {
+          const int32_t page = pages[static_cast<size_t>(i / kv.page_size)];
+          return (v ? kv.v_at(layer, page, i % kv.page_size) : kv.k_at(layer, page, i % kv.page_size)) + kv_off;
+        };
+        attend_bf16(kern, q.row(r) + q_off, group, hd, first_pos(pos), pos, p, [&](int i) { return at(i, false); },
+                    [&](int i) { return at(i, true); }, sc, out.row(r) + q_off);
+      }
+    });
+    return;
+  }
   for_rows(tasks, work * 4, [&](int64_t b, int64_t e) {
-    std::vector<float> score, acc(static_cast<size_t>(hd)), qr, acc_s;
+    std::vector<float> score, acc(static_cast<size_t>(hd));
     for (int64_t t = b; t < e; ++t) {
       const int r = static_cast<int>(t / p.n_heads), h = static_cast<int>(t % p.n_heads);
       const int32_t pos = rows.pos[static_cast<size_t>(r)];
@@ -155,15 +184,6 @@ void CpuBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, in
       const auto& pages = rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])];
       const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
       const float* qv = q.row(r) + static_cast<int64_t>(h) * hd;
-      if (bf16) {
-        auto at = [&](int i, bool v) {
-          const int32_t page = pages[static_cast<size_t>(i / kv.page_size)];
-          return (v ? kv.v_at(layer, page, i % kv.page_size) : kv.k_at(layer, page, i % kv.page_size)) + kv_off;
-        };
-        attend_bf16(qv, hd, first, pos, p, [&](int i) { return at(i, false); }, [&](int i) { return at(i, true); },
-                    qr, score, acc, acc_s, out.row(r) + static_cast<int64_t>(h) * hd);
-        continue;
-      }
       const int n = pos - first + 1;
       score.resize(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) {
