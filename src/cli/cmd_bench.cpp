@@ -94,8 +94,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--pp", pp, "prompt tokens per request")->check(CLI::Range(1, 1 << 20));
   app.add_option("--tg", tg, "generated tokens per request")->check(CLI::Range(2, 1 << 20));
   app.add_option("--depth", depth,
-                 "prompt tokens before each decode (the context decode starts at); a multiple of "
-                 "--chunk plus one leaves no prefill inside the timing")
+                 "prompt tokens before each decode (the context decode starts at; 0: 1-token prompts); "
+                 "a multiple of --chunk plus one leaves no prefill inside the timing")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--batch", batches, "comma-separated concurrent request counts");
   app.add_option("--reps", reps, "repetitions (the best is reported)")->check(CLI::Range(1, 100));
@@ -143,7 +143,8 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "profile: %s, batch %d, rep %d: %.3f ms wall\n%s", phase, b, r,
                  tps > 0 ? 1000.0 * tokens / tps : 0.0, s->backend->profile_take().c_str());
   };
-  if (!json) std::printf("%-6s %8s %8s %12s %12s\n", "batch", "pp", "tg", "pp tok/s", "tg tok/s");
+  // depth: the prompt tokens each decode starts after (decode rates fall as it grows).
+  if (!json) std::printf("%-6s %8s %8s %8s %12s %12s\n", "batch", "pp", "tg", "depth", "pp tok/s", "tg tok/s");
   for (int b : bs) {
     Result best;
     for (int r = 0; r < reps; ++r) {
@@ -178,7 +179,7 @@ int cmd_bench(int argc, char** argv) {
           s->backend->threads(), matmul_input_name(s->backend->matmul_input()), b, pp, tg, depth, static_cast<double>(sampling.temperature),
           static_cast<double>(sampling.top_p), best.pp_tps, best.tg_tps, wait_field);
     else
-      std::printf("%-6d %8d %8d %12.2f %12.2f\n", b, pp, tg, best.pp_tps, best.tg_tps);
+      std::printf("%-6d %8d %8d %8d %12.2f %12.2f\n", b, pp, tg, std::max(depth, 1), best.pp_tps, best.tg_tps);
     std::fflush(stdout);
   }
   return 0;

@@ -109,3 +109,10 @@ def test_bench_decodes_at_a_depth(tensorfold_bin):
     assert row["depth"] == 40 and row["tg_tps"] > 0
     bad = run(tensorfold_bin, "bench", "--depth", "-1")
     assert bad.returncode != 0 and "--depth" in bad.stderr
+    # The text table says where decode starts: after the depth's prompt, or a 1-token one.
+    for args, want in ((["--depth", "40"], "40"), ([], "1")):
+        r = run(tensorfold_bin, "bench", "--pp", "8", "--tg", "4", "--batch", "2", "--threads", "2", *args)
+        assert r.returncode == 0, r.stderr
+        header, row = r.stdout.strip().splitlines()[-2:]
+        assert header.split()[:4] == ["batch", "pp", "tg", "depth"], header
+        assert row.split()[3] == want, row
