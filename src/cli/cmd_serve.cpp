@@ -21,6 +21,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on /v1/ routes");
   add_device_options(app, o.device, o.threads, o.matmul_input);
   app.add_option("--max-queue", o.max_queue, "requests waiting for a lane before 429")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  double queue_mib = static_cast<double>(o.max_queue_bytes) / (1 << 20);
+  app.add_option("--max-queue-mib", queue_mib, "request bodies waiting to be tokenized, at most (MiB; at least one 16 MiB body); past it 429")
+      ->check(CLI::Range(16.0, 1048576.0))
+      ->capture_default_str();
   app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens, a multiple of 16 (default: 128 on the CPU, 512 on a GPU)")
       ->check(CLI::Range(16, 1 << 16));
   app.add_option("--memory-fraction", o.memory_fraction, "share of GPU memory the server may use")->check(CLI::Range(0.05, 1.0))->capture_default_str();
@@ -37,6 +41,7 @@ int cmd_serve(int argc, char** argv) {
     if (o.model_name.empty()) o.model_name = "default";
   }
   o.port = static_cast<uint16_t>(port);
+  o.max_queue_bytes = static_cast<uint64_t>(queue_mib * (1 << 20));
   ApiServer server(o);
   server.listen();
   log_info("loading ", o.model_path, " (health answers 503 until ready)");

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
+#include "engine/cache_fit.h"
 #include "engine/warm_up.h"
 #include "server/api_job.h"
 #include "server/api_request.h"
@@ -35,6 +36,8 @@ std::string endpoint_label(const std::string& path) {
 }  // namespace
 
 ApiServer::ApiServer(ServeOptions opt) : opt_(std::move(opt)), http_(opt_.http) {
+  TF_CHECK(opt_.max_queue_bytes >= opt_.http.max_body_bytes, "the request queue's ", format_bytes(opt_.max_queue_bytes),
+           " cannot hold one largest request body (", format_bytes(opt_.http.max_body_bytes), ")");
   http_.set_handler([this](const HttpRequest& req, std::shared_ptr<HttpResponder> res) { handle(req, std::move(res)); });
 }
 
@@ -136,6 +139,8 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
     in.page_bytes += (state_bytes * static_cast<uint64_t>(eo.page_size) + static_cast<uint64_t>(eo.chunk) - 1) /
                      static_cast<uint64_t>(eo.chunk);
   in.footprint += 3 * state_bytes;
+  // Request bodies waiting for the request threads live in host memory: the CPU's limit.
+  if (device_total == 0) in.footprint += opt_.max_queue_bytes;
   const uint64_t pages_per_lane = (static_cast<uint64_t>(ctx) + eo.page_size - 1) / eo.page_size;
   // A lane's first prompt at the full window touches its KV pages, its sampler's vocabulary
   // buffers, and request state (body, token lists, JSON: about 64 bytes a token) plus a MiB of
@@ -183,8 +188,25 @@ void ApiServer::handle(const HttpRequest& req, std::shared_ptr<HttpResponder> re
     handle_now(req, res);
     return;
   }
+  auto busy = [&](const std::string& why) {
+    metrics_.count_request(endpoint_label(req.path), 429);
+    res->send(429, "application/json", ApiError(429, cat("the server is busy: ", why, "; retry later"), {}, "rate_limit_exceeded").body());
+  };
+  // The bodies that wait for a request thread are capped in bytes as well as in number.
+  const uint64_t bytes = req.body.size();
+  if (queued_bytes_.fetch_add(bytes) + bytes > opt_.max_queue_bytes) {
+    queued_bytes_ -= bytes;
+    busy(cat("request bodies waiting to be tokenized hold ", format_bytes(queued_bytes_.load()), " of the ",
+             format_bytes(opt_.max_queue_bytes), " allowed (--max-queue-mib)"));
+    return;
+  }
   auto copy = std::make_shared<HttpRequest>(req);
-  const bool queued = work_->post([this, copy, res] {
+  const bool queued = work_->post([this, copy, res, bytes] {
+    struct Release {
+      std::atomic<uint64_t>& n;
+      uint64_t bytes;
+      ~Release() { n -= bytes; }
+    } release{queued_bytes_, bytes};
     if (res->cancelled()) {  // the client left, or the server is stopping, while it waited
       metrics_.count_request(endpoint_label(copy->path), 503);
       res->send(503, "application/json", ApiError(503, "the server is shutting down", {}, "server_error").body());
@@ -197,10 +219,8 @@ void ApiServer::handle(const HttpRequest& req, std::shared_ptr<HttpResponder> re
     }
   });
   if (!queued) {
-    metrics_.count_request(endpoint_label(req.path), 429);
-    res->send(429, "application/json",
-              ApiError(429, cat("the server is busy: ", opt_.max_queue, " requests are waiting to be tokenized; retry later"),
-                       {}, "rate_limit_exceeded").body());
+    queued_bytes_ -= bytes;
+    busy(cat(opt_.max_queue, " requests are waiting to be tokenized"));
   }
 }
 

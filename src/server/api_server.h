@@ -35,6 +35,9 @@ struct ServeOptions {
   int http_threads = 2;
   int request_threads = 2;  // parse, template and tokenize POSTed requests off the io threads
   int max_queue = 256;
+  // Bytes of POSTed bodies waiting for or held by the request threads, at most; past it 429.
+  // At least one largest body (http.max_body_bytes); the CPU's memory plan counts it.
+  uint64_t max_queue_bytes = 256ull << 20;
   int chunk = 0;  // prefill chunk grid; 0: 128 on the CPU, 512 on a GPU
   double memory_fraction = 0.9;     // of device memory, on a GPU
   double prompt_cache_gib = -1;     // -1: what the planner leaves
@@ -72,6 +75,7 @@ class ApiServer {
   HttpServer http_;
   Metrics metrics_;
   std::atomic<bool> ready_{false};
+  std::atomic<uint64_t> queued_bytes_{0};  // bodies posted to work_ and not yet handled
   ModelFiles files_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;

@@ -1,5 +1,11 @@
-"""64 concurrent clients against one server: no errors, the KV census holds, RSS stays flat."""
+"""64 concurrent clients against one server: no errors, the KV census holds, RSS stays flat; long
+prompts leave the io threads free, and the bodies waiting for the request threads are capped."""
 import importlib.util
+import subprocess
+import threading
+import time
+
+import requests
 
 from server_util import REPO, server
 
@@ -51,3 +57,36 @@ def test_long_prompts_being_tokenized_leave_the_io_threads_free(tensorfold_bin):
     long_s = min(s for s, _, _ in spans)
     print(f"GET {get_s * 1e3:.1f} ms while two long prompts took {long_s:.2f} s")
     assert get_s < 0.1 * long_s, f"the GET took {get_s:.2f} s while long prompts ({long_s:.2f} s) were tokenized"
+
+
+def test_request_bodies_waiting_are_capped_in_bytes(tensorfold_bin):
+    # --max-queue-mib 16: a 9 MB prompt being tokenized holds 9 of the 16 MiB, so a second 9 MB body
+    # is refused with 429 at once; once the first is handled its bytes are free again.
+    bench = _load("bench_tokenize_concurrent")
+    slow = bench.random_texts(1, 9)[0]
+    cheap = "ab " * 3_000_000
+    with server(["--parallel", 1, "--threads", 2, "--max-queue-mib", 16], bin_path=tensorfold_bin) as srv:
+        first = {}
+        t = threading.Thread(target=lambda: first.update(r=requests.post(srv.url + "/tokenize", json={"prompt": slow},
+                                                                          timeout=600)))
+        t.start()
+        time.sleep(1.0)
+        refused = requests.post(srv.url + "/tokenize", json={"prompt": cheap}, timeout=600)
+        t.join()
+        # The request thread lets go of the first body just after its reply is sent.
+        for _ in range(50):
+            after = requests.post(srv.url + "/tokenize", json={"prompt": cheap}, timeout=600)
+            if after.status_code != 429:
+                break
+            time.sleep(0.1)
+        metrics = srv.get("/metrics").text
+    assert first["r"].status_code == 200, first["r"].text[:300]
+    assert refused.status_code == 429, refused.text[:300]
+    assert "--max-queue-mib" in refused.json()["error"]["message"], refused.text[:300]
+    assert after.status_code == 200 and after.json()["count"] > 1_000_000, after.text[:300]
+    assert 'status="429"' in metrics
+
+
+def test_queue_bytes_below_one_body_is_refused_at_start(tensorfold_bin):
+    r = subprocess.run([str(tensorfold_bin), "serve", "--max-queue-mib", "8"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--max-queue-mib" in r.stderr, r.stderr[-500:]
