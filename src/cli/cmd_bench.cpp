@@ -101,12 +101,12 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--reps", reps, "repetitions (the best is reported)")->check(CLI::Range(1, 100));
   app.add_option("--chunk", chunk, "prefill chunk grid")->check(CLI::Range(1, 1 << 20));
   app.add_option("--temperature", sampling.temperature, "decode sampling temperature (0: greedy)")
-      ->check(CLI::Range(0.0f, 100.0f));
-  app.add_option("--top-p", sampling.top_p, "decode nucleus size")->check(CLI::Range(0.0f, 1.0f));
+      ->check(finite_range(0.0, 100.0));
+  app.add_option("--top-p", sampling.top_p, "decode nucleus size")->check(finite_range(0.0, 1.0));
   app.add_option("--top-k", sampling.top_k, "decode top-k (0: off)")->check(CLI::Range(0, 1 << 30));
   app.add_option("--repetition-penalty", sampling.repetition_penalty, "decode repetition penalty (1: off)")
-      ->check(CLI::Range(0.01f, 100.0f));
-  app.add_option("--presence-penalty", sampling.presence_penalty, "decode presence penalty")->check(CLI::Range(-2.0f, 2.0f));
+      ->check(finite_range(0.01, 100.0));
+  app.add_option("--presence-penalty", sampling.presence_penalty, "decode presence penalty")->check(finite_range(-2.0, 2.0));
   std::string device = "auto";
   std::string matmul_input = "f32";
   add_device_options(app, device, threads, matmul_input);

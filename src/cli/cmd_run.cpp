@@ -21,11 +21,12 @@ int cmd_run(int argc, char** argv) {
   auto* pi = app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids, used exactly");
   po->excludes(pi);
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24));
-  app.add_option("--temperature", temperature, "0 is greedy (default: generation_config, else 0.8)");
-  app.add_option("--top-p", top_p, "nucleus sampling mass");
+  app.add_option("--temperature", temperature, "0 is greedy (default: generation_config, else 0.8)")
+      ->check(finite_range(0.0, 100.0));
+  app.add_option("--top-p", top_p, "nucleus sampling mass")->check(finite_range(0.0, 1.0));
   app.add_option("--top-k", top_k, "keep the k most likely tokens (0: off)");
-  app.add_option("--min-p", min_p, "drop tokens below min_p times the top probability");
-  app.add_option("--repetition-penalty", rep, "penalty over prompt and output tokens");
+  app.add_option("--min-p", min_p, "drop tokens below min_p times the top probability")->check(finite_range(0.0, 1.0));
+  app.add_option("--repetition-penalty", rep, "penalty over prompt and output tokens")->check(finite_range(0.01, 100.0));
   app.add_option("--seed", seed, "sampling seed (default: random)");
   app.add_flag("--ids", ids_out, "print the generated token ids instead of text");
   std::string device = "auto";

@@ -23,14 +23,14 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-queue", o.max_queue, "requests waiting for a lane before 429")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   double queue_mib = static_cast<double>(o.max_queue_bytes) / (1 << 20);
   app.add_option("--max-queue-mib", queue_mib, "request bodies waiting to be tokenized, at most (MiB; at least one 16 MiB body); past it 429")
-      ->check(CLI::Range(16.0, 1048576.0))
+      ->check(finite_range(16.0, 1048576.0))
       ->capture_default_str();
   app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens, a multiple of 16 (default: 128 on the CPU, 512 on a GPU)")
       ->check(CLI::Range(16, 1 << 16));
-  app.add_option("--memory-fraction", o.memory_fraction, "share of GPU memory the server may use")->check(CLI::Range(0.05, 1.0))->capture_default_str();
-  app.add_option("--prompt-cache-gib", o.prompt_cache_gib, "prompt cache size (default: what the memory planner leaves)")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--memory-fraction", o.memory_fraction, "share of GPU memory the server may use")->check(finite_range(0.05, 1.0))->capture_default_str();
+  app.add_option("--prompt-cache-gib", o.prompt_cache_gib, "prompt cache size (default: what the memory planner leaves)")->check(finite_range(0.0, 1e6));
   app.add_flag("--prompt-cache-over-cap", o.prompt_cache_over_cap, "allow --prompt-cache-gib above the planner's cap");
-  app.add_option("--host-cache-gib", o.host_cache_gib, "second prompt-cache tier in host memory")->check(CLI::Range(0.0, 1e6))->capture_default_str();
+  app.add_option("--host-cache-gib", o.host_cache_gib, "second prompt-cache tier in host memory")->check(finite_range(0.0, 1e6))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

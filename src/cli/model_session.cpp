@@ -1,6 +1,7 @@
 #include "cli/model_session.h"
 
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -37,6 +38,24 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   log_debug("backend ", s->backend->name(), "; model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
             s->model->weight_bytes() / (1 << 20), " MiB of weights");
   return s;
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(text, &used);
+          if (used != text.size()) return "Value " + text + " is not a number";
+        } catch (const std::exception&) {
+          return "Value " + text + " is not a number";
+        }
+        if (!std::isfinite(v)) return "Value " + text + " is not a finite number";
+        if (v < lo || v > hi) return "Value " + text + " not in range " + std::to_string(lo) + " to " + std::to_string(hi);
+        return {};
+      },
+      "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
 }
 
 void add_device_options(CLI::App& app, std::string& device, int& threads, std::string& matmul_input) {

@@ -42,6 +42,9 @@ SamplingParams sampling_defaults(const ModelFiles& files);
 // Adds --device, --threads and --matmul-input to a command.
 void add_device_options(CLI::App& app, std::string& device, int& threads, std::string& matmul_input);
 
+// A number in [lo, hi]; unlike CLI::Range it refuses nan (every comparison with nan is false).
+CLI::Validator finite_range(double lo, double hi);
+
 // "1,2,3" -> ids; errors name the bad entry.
 std::vector<int32_t> parse_id_list(const std::string& s);
 

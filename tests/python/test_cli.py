@@ -1,8 +1,10 @@
-"""The CLI's run, perplexity and bench commands on the built-in default model."""
+"""The CLI's run, perplexity and bench commands on the built-in default model, and its checks of option values."""
 import json
 import math
 import os
 import subprocess
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -116,3 +118,17 @@ def test_bench_decodes_at_a_depth(tensorfold_bin):
         header, row = r.stdout.strip().splitlines()[-2:]
         assert header.split()[:4] == ["batch", "pp", "tg", "depth"], header
         assert row.split()[3] == want, row
+
+
+@pytest.mark.parametrize("args", [
+    ["serve", "--max-queue-mib", "nan"], ["serve", "--prompt-cache-gib", "nan"], ["serve", "--host-cache-gib", "inf"],
+    ["serve", "--memory-fraction", "-nan"], ["run", "--prompt", "x", "--temperature", "nan"],
+    ["run", "--prompt", "x", "--top-p", "inf"], ["run", "--prompt", "x", "--min-p", "nan"],
+    ["run", "--prompt", "x", "--repetition-penalty", "nan"], ["bench", "--temperature", "nan"],
+    ["bench", "--presence-penalty", "inf"], ["serve", "--max-queue-mib", "32abc"],
+])
+def test_float_options_refuse_what_is_not_a_finite_number(tensorfold_bin, args):
+    # Every comparison with nan is false, so a range check alone lets it through.
+    r = run(tensorfold_bin, *args)
+    assert r.returncode != 0, r.stdout[-300:]
+    assert args[-2] in r.stderr and ("not a finite number" in r.stderr or "not a number" in r.stderr), r.stderr[-300:]
