@@ -139,8 +139,8 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
     in.page_bytes += (state_bytes * static_cast<uint64_t>(eo.page_size) + static_cast<uint64_t>(eo.chunk) - 1) /
                      static_cast<uint64_t>(eo.chunk);
   in.footprint += 3 * state_bytes;
-  // Request bodies waiting for the request threads live in host memory: the CPU's limit.
-  if (device_total == 0) in.footprint += opt_.max_queue_bytes;
+  // Request bodies being received and waiting for the request threads live in host memory: the CPU's limit.
+  if (device_total == 0) in.footprint += opt_.max_queue_bytes + opt_.http.max_body_bytes_in_flight;
   const uint64_t pages_per_lane = (static_cast<uint64_t>(ctx) + eo.page_size - 1) / eo.page_size;
   // A lane's first prompt at the full window touches its KV pages, its sampler's vocabulary
   // buffers, and request state (body, token lists, JSON: about 64 bytes a token) plus a MiB of

@@ -24,7 +24,7 @@ constexpr std::chrono::milliseconds kLinger{1000};
 std::string sv(boost::beast::string_view s) { return std::string(s.data(), s.size()); }
 
 std::string error_response(int status, const std::string& message) {
-  std::string body = openai_error_body(message);
+  std::string body = openai_error_body(message, status >= 500 ? "server_error" : "invalid_request_error");
   auto reason = http::obsolete_reason(static_cast<http::status>(status));
   return cat("HTTP/1.1 ", status, " ", sv(reason), "\r\nContent-Type: application/json\r\n",
              "Content-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
@@ -146,6 +146,13 @@ void HttpConnection::on_header() {
   if (n_fields > options_.max_headers)
     return send_error(431, cat("request has ", n_fields, " header fields; the limit is ", options_.max_headers));
   if (parser_->is_done()) return on_request();
+  // The body's bytes come out of the server's budget for bodies in flight before any is read.
+  const auto declared = parser_->content_length();
+  const uint64_t want = std::min<uint64_t>(declared ? *declared : options_.max_body_bytes, options_.max_body_bytes);
+  if (!registry_->reserve_body(want))
+    return send_error(503, cat("the server is receiving as many request bodies as it holds (",
+                               options_.max_body_bytes_in_flight, " bytes); retry later"));
+  body_reserved_ = want;
   if (boost::beast::iequals(msg[http::field::expect], "100-continue"))
     push("HTTP/1.1 100 Continue\r\n\r\n", false);
   phase_ = Phase::Body;
@@ -203,6 +210,7 @@ void HttpConnection::on_request() {
     log_error("http: handler failed on ", req.method, " ", req.path, " with a non-standard exception");
     responder->fail_from_handler("unknown error");
   }
+  release_body();  // the handler has the body now (or is done with it)
 }
 
 void HttpConnection::watch() {
@@ -295,9 +303,16 @@ void HttpConnection::linger_close() {
   watch();
 }
 
+void HttpConnection::release_body() {
+  if (body_reserved_ == 0) return;
+  registry_->release_body(body_reserved_);
+  body_reserved_ = 0;
+}
+
 void HttpConnection::close() {
   if (phase_ == Phase::Closed) return;
   auto keep = shared_from_this();
+  release_body();
   phase_ = Phase::Closed;
   cancel_timer();
   error_code ignored;

@@ -27,6 +27,9 @@ class ConnectionRegistry {
  public:
   virtual ~ConnectionRegistry() = default;
   virtual void remove(HttpConnection* conn) = 0;
+  // Takes n bytes of the budget for bodies being received; false (nothing taken) when short.
+  virtual bool reserve_body(uint64_t n) = 0;
+  virtual void release_body(uint64_t n) = 0;
 };
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
@@ -56,6 +59,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_header();
   void fail_read(const boost::system::error_code& ec, bool in_header);
   void on_request();
+  void release_body();  // gives back body_reserved_
   void watch();
   void on_watch(const boost::system::error_code& ec, size_t n);
   void push(std::string bytes, bool last);
@@ -79,6 +83,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // Strand-only state.
   Phase phase_ = Phase::Idle;
+  uint64_t body_reserved_ = 0;  // of the registry's body budget, while this request's body arrives
   bool timed_out_ = false;
   uint64_t timer_gen_ = 0;
   uint64_t requests_ = 0;

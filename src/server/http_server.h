@@ -23,6 +23,9 @@ struct HttpServerOptions {
   // cancelled), so a client that stops reading holds neither a connection nor queued bytes.
   std::chrono::milliseconds write_timeout{60'000};
   size_t max_connections = 1024;             // beyond: 503 and close
+  // Bodies being received, all connections together (a declared length counts in full, a chunked
+  // body as max_body_bytes); a request that would pass it gets 503 before its body is read.
+  size_t max_body_bytes_in_flight = 256u << 20;
   std::chrono::milliseconds signal_grace{5'000};  // grace used by stop_on_signals without a callback
 };
 

@@ -70,6 +70,75 @@ TEST(HttpLimits, BodyOverLimitGets413AndServerGoesOn) {
   expect_served(s.port);
 }
 
+// Bodies being received share one budget: a declared length takes its bytes before any is read,
+// a request past the budget gets 503 at once, and the bytes come back when the body is handled.
+TEST(HttpLimits, BodiesInFlightPastTheirBudgetGet503) {
+  HttpServerOptions o;
+  o.max_body_bytes = 4096;
+  o.max_body_bytes_in_flight = 6000;
+  TestServer s(o, ok_handler);
+  // The server answers 100 Continue once a body's bytes are taken, so the steps below are ordered.
+  Client a(s.port);
+  ASSERT_TRUE(a.send("POST /a HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 4000\r\n\r\n"));
+  auto cont = a.read_head();
+  ASSERT_TRUE(cont);
+  ASSERT_EQ(cont->status, 100);  // 4000 of the 6000 bytes are a's
+  ASSERT_TRUE(a.send(std::string(100, 'x')));
+  {
+    Client b(s.port);
+    ASSERT_TRUE(b.send(post_request("/b", std::string(3000, 'y'))));
+    auto r = b.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    auto j = nlohmann::json::parse(r->body);
+    EXPECT_EQ(j["error"]["type"], "server_error");
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("request bodies"), std::string::npos) << r->body;
+  }
+  {
+    Client c(s.port);  // a body that fits beside a's
+    ASSERT_TRUE(c.send(post_request("/c", std::string(1000, 'z'))));
+    auto r = c.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, "ok 1000");
+  }
+  ASSERT_TRUE(a.send(std::string(3900, 'x')));
+  auto ra = a.read_response();
+  ASSERT_TRUE(ra);
+  EXPECT_EQ(ra->body, "ok 4000");
+  {
+    Client b(s.port);  // a's bytes are back
+    ASSERT_TRUE(b.send(post_request("/b", std::string(3000, 'y'))));
+    auto r = b.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, "ok 3000");
+  }
+  {
+    // A chunked body has no declared size: it takes the largest a body may be, 4096 of the 6000.
+    Client d(s.port);
+    ASSERT_TRUE(d.send("POST /d HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    auto dc = d.read_head();
+    ASSERT_TRUE(dc);
+    ASSERT_EQ(dc->status, 100);
+    ASSERT_TRUE(d.send("10\r\n" + std::string(16, 'w') + "\r\n"));
+    Client e(s.port);
+    ASSERT_TRUE(e.send(post_request("/e", std::string(2000, 'v'))));
+    auto r = e.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+  }
+  // d left mid-body: its bytes come back once the server sees its connection close.
+  std::optional<Response> r;
+  for (int i = 0; i < 50; ++i) {
+    Client f(s.port);
+    ASSERT_TRUE(f.send(post_request("/f", std::string(4000, 'u'))));
+    r = f.read_response();
+    ASSERT_TRUE(r);
+    if (r->status != 503) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(r->body, "ok 4000");
+}
+
 TEST(HttpLimits, OversizedHeaderGets431) {
   HttpServerOptions o;
   o.max_header_bytes = 2048;
