@@ -33,6 +33,9 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// x as a bf16 tensor-core product takes it (round to nearest even), back in f32.
+inline float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 

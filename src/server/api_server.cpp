@@ -35,7 +35,8 @@ std::string endpoint_label(const std::string& path) {
 
 }  // namespace
 
-ApiServer::ApiServer(ServeOptions opt) : opt_(std::move(opt)), http_(opt_.http) {
+ApiServer::ApiServer(ServeOptions opt)
+    : opt_(std::move(opt)), http_(opt_.http), queued_bytes_(opt_.max_queue_bytes) {
   TF_CHECK(opt_.max_queue_bytes >= opt_.http.max_body_bytes, "the request queue's ", format_bytes(opt_.max_queue_bytes),
            " cannot hold one largest request body (", format_bytes(opt_.http.max_body_bytes), ")");
   http_.set_handler([this](const HttpRequest& req, std::shared_ptr<HttpResponder> res) { handle(req, std::move(res)); });
@@ -194,19 +195,18 @@ void ApiServer::handle(const HttpRequest& req, std::shared_ptr<HttpResponder> re
   };
   // The bodies that wait for a request thread are capped in bytes as well as in number.
   const uint64_t bytes = req.body.size();
-  if (queued_bytes_.fetch_add(bytes) + bytes > opt_.max_queue_bytes) {
-    queued_bytes_ -= bytes;
-    busy(cat("request bodies waiting to be tokenized hold ", format_bytes(queued_bytes_.load()), " of the ",
-             format_bytes(opt_.max_queue_bytes), " allowed (--max-queue-mib)"));
+  if (!queued_bytes_.take(bytes)) {
+    busy(cat("request bodies waiting to be tokenized hold ", format_bytes(queued_bytes_.held()), " of the ",
+             format_bytes(queued_bytes_.cap()), " allowed (--max-queue-mib)"));
     return;
   }
   auto copy = std::make_shared<HttpRequest>(req);
   const bool queued = work_->post([this, copy, res, bytes] {
-    struct Release {
-      std::atomic<uint64_t>& n;
+    struct Give {  // on every way out, replies sent or not
+      ByteBudget& budget;
       uint64_t bytes;
-      ~Release() { n -= bytes; }
-    } release{queued_bytes_, bytes};
+      ~Give() { budget.give(bytes); }
+    } give{queued_bytes_, bytes};
     if (res->cancelled()) {  // the client left, or the server is stopping, while it waited
       metrics_.count_request(endpoint_label(copy->path), 503);
       res->send(503, "application/json", ApiError(503, "the server is shutting down", {}, "server_error").body());
@@ -219,7 +219,7 @@ void ApiServer::handle(const HttpRequest& req, std::shared_ptr<HttpResponder> re
     }
   });
   if (!queued) {
-    queued_bytes_ -= bytes;
+    queued_bytes_.give(bytes);
     busy(cat(opt_.max_queue, " requests are waiting to be tokenized"));
   }
 }

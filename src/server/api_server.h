@@ -14,6 +14,7 @@
 #include "base/work_queue.h"
 #include "formats/model_files.h"
 #include "models/model.h"
+#include "base/byte_budget.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
@@ -75,7 +76,7 @@ class ApiServer {
   HttpServer http_;
   Metrics metrics_;
   std::atomic<bool> ready_{false};
-  std::atomic<uint64_t> queued_bytes_{0};  // bodies posted to work_ and not yet handled
+  ByteBudget queued_bytes_;  // bodies posted to work_ and not yet handled (max_queue_bytes)
   ModelFiles files_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;

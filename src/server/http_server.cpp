@@ -1,6 +1,5 @@
 #include "server/http_server.h"
 
-#include <atomic>
 #include <condition_variable>
 #include <csignal>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "base/byte_budget.h"
 #include "base/log.h"
 #include "server/http_connection.h"
 
@@ -39,12 +39,8 @@ struct HttpServer::Impl : detail::ConnectionRegistry {
         retry_timer(strand) {}
 
   void remove(detail::HttpConnection* conn) override;
-  bool reserve_body(uint64_t n) override {
-    if (body_bytes.fetch_add(n) + n <= options.max_body_bytes_in_flight) return true;
-    body_bytes -= n;
-    return false;
-  }
-  void release_body(uint64_t n) override { body_bytes -= n; }
+  bool reserve_body(uint64_t n) override { return body_bytes.take(n); }
+  void release_body(uint64_t n) override { body_bytes.give(n); }
   void do_accept(tcp::acceptor* acceptor);
   void on_accept(tcp::acceptor* acceptor, const error_code& ec, tcp::socket socket);
   void begin_shutdown(std::chrono::milliseconds grace);
@@ -53,7 +49,7 @@ struct HttpServer::Impl : detail::ConnectionRegistry {
   std::vector<std::shared_ptr<detail::HttpConnection>> snapshot();
 
   HttpServerOptions options;
-  std::atomic<uint64_t> body_bytes{0};  // reserved by connections receiving a body
+  ByteBudget body_bytes{options.max_body_bytes_in_flight};  // reserved by connections receiving a body
   net::io_context ioc;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   net::strand<net::io_context::executor_type> strand;  // acceptors, signals, grace timer

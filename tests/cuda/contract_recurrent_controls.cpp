@@ -42,7 +42,7 @@ ActivateFn control_activate_bf16() {
     be.activate(a, x, o);
     std::vector<float> h(static_cast<size_t>(o.rows * o.cols));
     be.to_host(o, h.data());
-    for (float& v : h) v = bf16_to_f32(f32_to_bf16(v));
+    for (float& v : h) v = round_to_bf16(v);
     be.from_host(h.data(), o);
   };
 }

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <random>
 #include <thread>
+#include <vector>
 
+#include "base/byte_budget.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 
@@ -24,6 +26,40 @@ TEST(DType, Bf16RoundsToNearestEven) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(3.140625f)), 3.140625f);
   // 1 + 2^-8 lies halfway between two bf16 values; ties go to the even mantissa.
   EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);
+}
+
+TEST(ByteBudget, TakesUpToItsCapAndARefusalTakesNothing) {
+  ByteBudget b(100);
+  EXPECT_TRUE(b.take(60));
+  EXPECT_FALSE(b.take(41));
+  EXPECT_EQ(b.held(), 60u);
+  EXPECT_TRUE(b.take(40));  // exactly the cap
+  EXPECT_FALSE(b.take(1));
+  EXPECT_FALSE(b.take(UINT64_MAX));
+  b.give(100);
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_FALSE(b.take(101));
+}
+
+TEST(ByteBudget, ThreadsTakingAndGivingNeverPassTheCap) {
+  ByteBudget b(1000);
+  std::atomic<uint64_t> most{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        const uint64_t n = 100 + 37 * static_cast<uint64_t>((t + i) % 9);
+        if (!b.take(n)) continue;
+        uint64_t seen = b.held(), prev = most.load();
+        while (seen > prev && !most.compare_exchange_weak(prev, seen)) {
+        }
+        b.give(n);
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_LE(most.load(), 1000u);
+  EXPECT_GT(most.load(), 0u);
 }
 
 TEST(ThreadPool, CoversEveryIndexOnce) {

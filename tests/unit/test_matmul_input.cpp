@@ -16,7 +16,7 @@ std::unique_ptr<Backend> device_backend() {
 }
 
 std::vector<float> rounded(std::vector<float> v) {
-  for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));
+  for (float& f : v) f = round_to_bf16(f);
   return v;
 }
 
@@ -108,7 +108,7 @@ TEST(MatmulInput, MatmulManyFollowsIt) {
 std::vector<double> attention_bf16_reference(const std::vector<float>& q, const std::vector<float>& k,
                                              const std::vector<float>& v, int L, const AttnParams& p) {
   const int hd = p.head_dim, qw = p.n_heads * hd, kvw = p.n_kv_heads * hd, group = p.n_heads / p.n_kv_heads;
-  auto r = [](float x) { return static_cast<double>(bf16_to_f32(f32_to_bf16(x))); };
+  auto r = [](float x) { return static_cast<double>(round_to_bf16(x)); };
   std::vector<double> out(static_cast<size_t>(L) * qw);
   for (int row = 0; row < L; ++row)
     for (int h = 0; h < p.n_heads; ++h) {

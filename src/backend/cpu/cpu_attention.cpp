@@ -41,9 +41,8 @@ void check_layout(const RowLayout& rows, int64_t m, const char* op) {
            " seq ids for ", m, " rows");
 }
 
-// Rounds n floats to bf16 (nearest even), as the GPU's products take them.
 void round_bf16(const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(x[i]);
 }
 
 // --matmul-input bf16: the GPU's rule (cuda_attention.cu) with q, k, v and the weights rounded to
@@ -81,7 +80,7 @@ void attend_bf16(const CpuKernels& kern, const float* q, int group, int hd, int 
       float ls = 0.0f;
       std::fill(sc.acc_s.begin(), sc.acc_s.end(), 0.0f);
       for (int i = 0; i < n; ++i) {
-        const float w = bf16_to_f32(f32_to_bf16(std::exp(sc.score[static_cast<size_t>(i)] - mx)));
+        const float w = round_to_bf16(std::exp(sc.score[static_cast<size_t>(i)] - mx));
         ls += w;
         kern.axpy(sc.acc_s.data(), sc.v.data() + static_cast<size_t>(i) * d, w, hd);
       }

@@ -222,7 +222,7 @@ void CpuBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, T
   if (matmul_input() == MatmulInput::BF16 && (w.dtype == DType::BF16 || w.dtype == DType::F16)) {
     xr.resize(static_cast<size_t>(m * x.cols));
     for_rows(m, m * x.cols, [&](int64_t b, int64_t e) {
-      for (int64_t i = b * x.cols; i < e * x.cols; ++i) xr[i] = bf16_to_f32(f32_to_bf16(x.data[i]));
+      for (int64_t i = b * x.cols; i < e * x.cols; ++i) xr[i] = round_to_bf16(x.data[i]);
     });
     blk.x = xr.data();
   }
