@@ -43,6 +43,9 @@ class KvStorage {
  public:
   virtual ~KvStorage() = default;
   int layers = 0, pages = 0, page_size = 0, kv_heads = 0, head_dim = 0;
+  // Bytes of one K or V value: 4 (f32), or 2 where the storage was made in bf16 mode (values
+  // rounded to bf16, as attention's products take them there).
+  int value_bytes = 4;
   virtual uint64_t bytes() const = 0;
 };
 
@@ -203,6 +206,8 @@ class Backend {
   virtual std::unique_ptr<Weight> load_weight(const TensorView& view) = 0;
   virtual std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                               int head_dim) = 0;
+  // Bytes of one K or V value in the storage alloc_kv makes now (the memory planner's unit).
+  int kv_value_bytes() const { return matmul_input_ == MatmulInput::BF16 ? 2 : 4; }
   virtual uint64_t device_bytes_in_use() const { return 0; }
   // Memory of the device this backend computes on; 0 when it computes in host memory.
   virtual uint64_t device_memory_total() const { return 0; }
@@ -212,19 +217,20 @@ class Backend {
   // Seconds the host has spent blocked on the device (copies back, synchronous uploads, stream
   // syncs) since the backend was made; 0 for a backend without one.
   virtual double device_wait_seconds() const { return 0.0; }
-  // One page of every layer's K and V, as kv_page_floats() floats in host memory (prompt cache tier).
-  static uint64_t kv_page_floats(const KvStorage& kv) {
-    return 2ull * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim;
+  // One page of every layer's K and V in host memory (prompt cache tier): kv_page_bytes() bytes,
+  // per layer the page's K rows then its V rows, each value as the storage holds it.
+  static uint64_t kv_page_bytes(const KvStorage& kv) {
+    return 2ull * kv.layers * kv.page_size * kv.kv_heads * kv.head_dim * static_cast<uint64_t>(kv.value_bytes);
   }
   // Page-locks [p, p + bytes) so to_host copies into it at full speed (the cpu: nothing); every
   // pinned range is unpinned before it is freed.
   virtual void pin_host(void* /*p*/, uint64_t /*bytes*/) {}
   virtual void unpin_host(void* /*p*/) {}
-  virtual void kv_page_to_host(const KvStorage& kv, int page, float* dst) = 0;
-  virtual void kv_page_from_host(KvStorage& kv, int page, const float* src) = 0;
+  virtual void kv_page_to_host(const KvStorage& kv, int page, void* dst) = 0;
+  virtual void kv_page_from_host(KvStorage& kv, int page, const void* src) = 0;
   // Copies one page's K and V in every layer (siblings that share a prompt's last partial page).
   virtual void kv_page_copy(KvStorage& kv, int src, int dst) {
-    std::vector<float> buf(kv_page_floats(kv));
+    std::vector<uint8_t> buf(kv_page_bytes(kv));
     kv_page_to_host(kv, src, buf.data());
     kv_page_from_host(kv, dst, buf.data());
   }

@@ -15,7 +15,7 @@ struct PrefixStore::Node {
   std::string salt;
   std::vector<int32_t> tokens;
   int32_t page = -1;        // pool page, or -1 while the contents live in host memory
-  std::vector<float> host;  // contents while in host memory
+  std::vector<uint8_t> host;  // contents while in host memory (Backend::kv_page_bytes)
   uint64_t last_used = 0;
   StateSnapshot state;      // recurrent state after this page, when it ends on a chunk-grid mark
   std::unordered_multimap<uint64_t, std::unique_ptr<Node>> children;
@@ -162,8 +162,8 @@ std::vector<int32_t> PrefixStore::match_nodes(const std::string& salt, const std
       std::vector<int32_t> p;
       if (!pool_.alloc(1, p)) break;
       backend_->kv_page_from_host(*kv_, p[0], n->host.data());
-      stats_.host_bytes -= n->host.size() * sizeof(float);
-      std::vector<float>().swap(n->host);
+      stats_.host_bytes -= n->host.size();
+      std::vector<uint8_t>().swap(n->host);
       n->page = p[0];
       pool_.set_cached(n->page, true);
       stats_.restores++;
@@ -226,8 +226,8 @@ void PrefixStore::insert(const std::string& salt, const std::vector<int32_t>& to
       pool_.set_cached(n->page, true);
       stats_.host_entries--;
       stats_.device_pages++;
-      stats_.host_bytes -= n->host.size() * sizeof(float);
-      std::vector<float>().swap(n->host);
+      stats_.host_bytes -= n->host.size();
+      std::vector<uint8_t>().swap(n->host);
     }
     n->last_used = now;
     parent = n;
@@ -246,7 +246,7 @@ void PrefixStore::drop(Node* n) {
   if (!n->tokens.empty()) stats_.entries--;
   if (n->page >= 0) release_page(n);
   else if (!n->host.empty()) stats_.host_entries--;
-  stats_.host_bytes -= n->host.size() * sizeof(float);
+  stats_.host_bytes -= n->host.size();
   Node* parent = n->parent;
   auto range = parent->children.equal_range(n->hash);
   for (auto it = range.first; it != range.second; ++it)
@@ -272,10 +272,9 @@ bool PrefixStore::evict_one() {
   if (!best) return false;
   stats_.evictions++;
   if (host_tier && page_bytes() <= host_budget_) {
-    const uint64_t floats = page_bytes() / sizeof(float);
-    best->host.resize(floats);
+    best->host.resize(Backend::kv_page_bytes(*kv_));
     backend_->kv_page_to_host(*kv_, best->page, best->host.data());
-    stats_.host_bytes += floats * sizeof(float);
+    stats_.host_bytes += best->host.size();
     stats_.host_entries++;
     release_page(best);
     enforce_host_budget();

@@ -131,7 +131,7 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   in.footprint = device_total > 0 ? backend_->device_bytes_in_use() + backend_->round_growth_bound()
                                   : process_memory().rss_bytes;
   const uint64_t kv_page_bytes = 2ull * static_cast<uint64_t>(std::max(1, model_->n_kv_layers())) * eo.page_size *
-                                 model_->n_kv_heads() * model_->head_dim() * sizeof(float);
+                                 model_->n_kv_heads() * model_->head_dim() * static_cast<uint64_t>(backend_->kv_value_bytes());
   in.page_bytes = kv_page_bytes;
   // Recurrent layers: two state slots per lane, three spare slots, and one kept snapshot per
   // chunk of cached pages (host memory: on the CPU it shares the limit, so a page carries its part).

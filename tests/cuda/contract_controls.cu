@@ -82,7 +82,9 @@ __global__ void gelu_erf(const float* g, const float* u, float* o, int64_t n) {
 
 // One thread per (row, head), two passes over the keys. Fault 1 drops the row's own key
 // (when it has another); fault 2 walks keys backwards when the call has more than one row.
-__global__ void naive_attention(const float* q, float* out, const float* kl, const float* vl,
+// E: the pool's values (f32, or bf16 bits in bf16 mode).
+template <class E>
+__global__ void naive_attention(const float* q, float* out, const E* kl, const E* vl,
                                 const int32_t* pos, const int32_t* first, const int32_t* pages,
                                 int m, int n_heads, int group, int hd, int page_size, int kvw,
                                 float scale, float softcap, int fault) {
@@ -94,9 +96,9 @@ __global__ void naive_attention(const float* q, float* out, const float* kl, con
   int last = pos[r];
   if (fault == 1 && last > first[r]) --last;
   auto score = [&](int key) {
-    const float* k = kl + (static_cast<int64_t>(pages[key / page_size]) * page_size + key % page_size) * kvw + (h / group) * hd;
+    const E* k = kl + (static_cast<int64_t>(pages[key / page_size]) * page_size + key % page_size) * kvw + (h / group) * hd;
     float s = 0.0f;
-    for (int d = 0; d < hd; ++d) s = fmaf(qr[d], k[d], s);
+    for (int d = 0; d < hd; ++d) s = fmaf(qr[d], cuda::kv_get(k[d]), s);
     s *= scale;
     return softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
   };
@@ -109,8 +111,8 @@ __global__ void naive_attention(const float* q, float* out, const float* kl, con
     const int key = fault == 2 && m > 1 ? last - j : first[r] + j;
     const float p = expf(score(key) - mx);
     sum += p;
-    const float* v = vl + (static_cast<int64_t>(pages[key / page_size]) * page_size + key % page_size) * kvw + (h / group) * hd;
-    for (int d = 0; d < hd; ++d) o[d] = fmaf(p, v[d], o[d]);
+    const E* v = vl + (static_cast<int64_t>(pages[key / page_size]) * page_size + key % page_size) * kvw + (h / group) * hd;
+    for (int d = 0; d < hd; ++d) o[d] = fmaf(p, cuda::kv_get(v[d]), o[d]);
   }
   for (int d = 0; d < hd; ++d) o[d] /= sum;
 }
@@ -126,10 +128,16 @@ AttnFn naive_attention_fn(int fault) {
       first[static_cast<size_t>(r)] =
           p.sliding_window > 0 ? std::max(0, rows.pos[static_cast<size_t>(r)] - p.sliding_window + 1) : 0;
     DevBuf<int32_t> dpos(rows.pos), dfirst(first), dpages(rows.seq_pages[0]);
-    naive_attention<<<cuda::grid_for(static_cast<int64_t>(m) * p.n_heads, 64), 64>>>(
-        q.data, out.data, kv.k_layer(layer), kv.v_layer(layer), dpos.p, dfirst.p, dpages.p, m,
-        p.n_heads, p.n_heads / p.n_kv_heads, p.head_dim, kv.page_size, kv.kv_heads * kv.head_dim,
-        p.scale, p.softcap, fault);
+    const auto grid = cuda::grid_for(static_cast<int64_t>(m) * p.n_heads, 64);
+    const int group = p.n_heads / p.n_kv_heads, kvw = kv.kv_heads * kv.head_dim;
+    if (kv.bf16())
+      naive_attention<<<grid, 64>>>(q.data, out.data, static_cast<const uint16_t*>(kv.k_layer(layer)),
+                                    static_cast<const uint16_t*>(kv.v_layer(layer)), dpos.p, dfirst.p, dpages.p, m,
+                                    p.n_heads, group, p.head_dim, kv.page_size, kvw, p.scale, p.softcap, fault);
+    else
+      naive_attention<<<grid, 64>>>(q.data, out.data, static_cast<const float*>(kv.k_layer(layer)),
+                                    static_cast<const float*>(kv.v_layer(layer)), dpos.p, dfirst.p, dpages.p, m,
+                                    p.n_heads, group, p.head_dim, kv.page_size, kvw, p.scale, p.softcap, fault);
     sync("control attention");
   };
 }

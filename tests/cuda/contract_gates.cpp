@@ -426,13 +426,11 @@ std::string kv_page_gate(Backend& gpu, Backend& cpu, uint32_t seed) {
     auto kv = be->alloc_kv(layers, pages, ps, kvh, hd);
     Tensor k = upload(*be, ks, L, kvw), v = upload(*be, vs, L, kvw);
     for (int l = 0; l < layers; ++l) be->kv_store(*kv, l, k, v, lay);
-    std::vector<float> page(Backend::kv_page_floats(*kv), std::nanf(""));
+    pages_out.push_back(cputest::kv_page_values(*be, *kv, 0));
+    std::vector<uint8_t> page(Backend::kv_page_bytes(*kv));
     be->kv_page_to_host(*kv, 0, page.data());
-    pages_out.push_back(page);
     be->kv_page_from_host(*kv, 1, page.data());
-    std::vector<float> back(page.size(), std::nanf(""));
-    be->kv_page_to_host(*kv, 1, back.data());
-    moved.push_back(back);
+    moved.push_back(cputest::kv_page_values(*be, *kv, 1));
     be->free(k), be->free(v);
   }
   std::string e = exact(pages_out[1], pages_out[0], "kv_page_to_host (exact)");

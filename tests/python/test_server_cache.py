@@ -135,3 +135,25 @@ def test_echo_logprobs_on_a_repeated_prompt_equal_cold(cold, warm):
                      f"{len(bad)} positions from {bad[0]}: the engine adopts a cached prefix (src/engine/engine.cpp try_admit, "
                      f"reuse_tokens) although the request has on_logits, so on_logits starts at the first uncached position "
                      f"and ApiJob::on_logits files them as positions 1, 2, ...")
+
+
+def test_bf16_mode_halves_the_pages_and_resumes_equal_cold_through_the_host_tier(tensorfold_bin, cold):
+    # --matmul-input bf16 on the CPU stores K and V as bf16: pages of half the bytes, and replies
+    # resumed from the device tier or restored from the host tier equal a cold bf16 server's.
+    args = BASE + ["--matmul-input", "bf16"]
+    convs = [prompt_ids(800 + c, 300) for c in range(4)]
+    with server(args + ["--prompt-cache-gib", 0], bin_path=tensorfold_bin) as bcold:
+        page_bytes = bcold.memory()["kv_pool"]["page_bytes"]
+        assert 2 * page_bytes == cold.memory()["kv_pool"]["page_bytes"], (page_bytes, cold.memory()["kv_pool"])
+        want = [complete(bcold.url, p, 6, MODES[c % 2])["ids"] for c, p in enumerate(convs)]
+    gib = 2 * (340 // 16 + 1) * page_bytes / 2**30
+    with server(args + ["--prompt-cache-gib", f"{gib:.6f}", "--host-cache-gib", f"{4 * gib:.6f}"],
+                bin_path=tensorfold_bin) as srv:
+        for rnd in range(2):
+            for c in range(4):
+                got = complete(srv.url, convs[c], 6, MODES[c % 2])
+                assert got["ids"] == want[c], f"SERVER BUG: bf16 mode, round {rnd} conversation {c} differs from cold"
+                if rnd == 1:
+                    assert got["cached"] > 0, f"round 2 conversation {c} missed the cache: {got['cached']}"
+        pc = srv.memory()["prompt_cache"]
+        assert pc["restores"] > 0, f"the host tier never restored: {pc}"

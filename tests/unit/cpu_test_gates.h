@@ -110,6 +110,24 @@ inline std::string check_close(const std::vector<float>& got, const std::vector<
   return "";
 }
 
+// Page `page` of kv through the host tier (Backend::kv_page_to_host) as floats: f32 values as they
+// are, bf16 ones widened (exactly).
+inline std::vector<float> kv_page_values(Backend& be, const KvStorage& kv, int page) {
+  std::vector<uint8_t> b(Backend::kv_page_bytes(kv), 0xff);
+  be.kv_page_to_host(kv, page, b.data());
+  std::vector<float> f(b.size() / static_cast<size_t>(kv.value_bytes));
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (kv.value_bytes == 4) {
+      std::memcpy(&f[i], b.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, b.data() + 2 * i, 2);
+      f[i] = bf16_to_f32(h);
+    }
+  }
+  return f;
+}
+
 inline bool same_bits(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }

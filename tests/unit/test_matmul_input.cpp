@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "cpu_test_gates.h"
 
@@ -143,12 +144,16 @@ std::vector<double> attention_bf16_reference(const std::vector<float>& q, const 
   return out;
 }
 
-// The backend's attention over rows [b, b + n) of one sequence whose K/V hold rows 0..L-1.
+// The backend's attention over rows [b, b + n) of one sequence whose K/V hold rows 0..L-1; the
+// K/V storage is made in mode kv_mi (default: mi).
 std::vector<float> run_attention(Backend& be, MatmulInput mi, const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, int L, int b, int n, const AttnParams& p) {
-  be.set_matmul_input(mi);
+                                 const std::vector<float>& v, int L, int b, int n, const AttnParams& p,
+                                 std::optional<MatmulInput> kv_mi = std::nullopt, uint64_t* kv_bytes = nullptr) {
+  be.set_matmul_input(kv_mi.value_or(mi));
   const int page = 16, qw = p.n_heads * p.head_dim, kvw = p.n_kv_heads * p.head_dim;
   auto kv = be.alloc_kv(1, (L + page - 1) / page, page, p.n_kv_heads, p.head_dim);
+  if (kv_bytes) *kv_bytes = kv->bytes();
+  be.set_matmul_input(mi);
   RowLayout all;
   all.seq_pages.resize(1);
   for (int i = 0; i < (L + page - 1) / page; ++i) all.seq_pages[0].push_back(i);
@@ -196,6 +201,80 @@ TEST(MatmulInput, AttentionFollowsIt) {
     const auto last = run_attention(*be, MatmulInput::BF16, q, k, v, c.L, c.L - 1, 1, p);
     EXPECT_TRUE(same_bits(last.data(), bf.data() + static_cast<int64_t>(c.L - 1) * qw, qw)) << what;
   }
+}
+
+// In bf16 mode the CPU stores K and V as bf16: half the bytes, and attention gives the bits it
+// gives over f32 storage rounded where it is read.
+TEST(MatmulInput, CpuKvCacheInBf16ModeHoldsWhatAttentionReads) {
+  auto be = make_backend("cpu", 2);
+  std::mt19937 rng(5);
+  AttnParams p;
+  p.n_heads = 4, p.n_kv_heads = 2, p.head_dim = 64, p.scale = 0.125f;
+  const int L = 150, qw = p.n_heads * p.head_dim, kvw = p.n_kv_heads * p.head_dim;
+  auto q = random_floats(rng, static_cast<size_t>(L) * qw, -2.f, 2.f);
+  auto k = random_floats(rng, static_cast<size_t>(L) * kvw, -2.f, 2.f);
+  auto v = random_floats(rng, static_cast<size_t>(L) * kvw);
+  uint64_t half = 0, whole = 0;
+  const auto in_bf16 = run_attention(*be, MatmulInput::BF16, q, k, v, L, 0, L, p, std::nullopt, &half);
+  const auto over_f32 = run_attention(*be, MatmulInput::BF16, q, k, v, L, 0, L, p, MatmulInput::F32, &whole);
+  EXPECT_EQ(2 * half, whole);
+  EXPECT_TRUE(same_bits(in_bf16.data(), over_f32.data(), static_cast<int64_t>(L) * qw));
+}
+
+// A cache made in bf16 mode holds bf16 values; read in f32 mode it is refused, not misread.
+TEST(MatmulInput, KvCacheMadeInBf16ModeRefusesF32Mode) {
+  auto be = device_backend();
+  be->set_matmul_input(MatmulInput::BF16);
+  EXPECT_EQ(be->kv_value_bytes(), 2);
+  be->set_matmul_input(MatmulInput::F32);
+  EXPECT_EQ(be->kv_value_bytes(), 4);
+  std::mt19937 rng(6);
+  AttnParams p;
+  p.n_heads = 2, p.n_kv_heads = 1, p.head_dim = 64, p.scale = 0.125f;
+  const int L = 20;
+  auto q = random_floats(rng, static_cast<size_t>(L) * 128), kv = random_floats(rng, static_cast<size_t>(L) * 64);
+  try {
+    run_attention(*be, MatmulInput::F32, q, kv, kv, L, 0, L, p, MatmulInput::BF16);
+    FAIL() << "f32 mode read a KV cache that holds bf16 values on " << be->name();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds bf16 values"), std::string::npos) << e.what();
+  }
+  be->set_matmul_input(MatmulInput::F32);
+}
+
+// bf16 mode's pages through the host tier: half the bytes of f32 mode's, each value the bf16 of
+// the one stored, and the same bits after a page goes to the host and back and is copied.
+TEST(MatmulInput, Bf16KvPagesKeepTheirBitsThroughTheHost) {
+  auto be = device_backend();
+  const int page = 16, heads = 2, hd = 64, w = heads * hd;
+  std::mt19937 rng(9);
+  auto k = random_floats(rng, static_cast<size_t>(page) * w), v = random_floats(rng, static_cast<size_t>(page) * w);
+  be->set_matmul_input(MatmulInput::F32);
+  const uint64_t f32_page = Backend::kv_page_bytes(*be->alloc_kv(2, 3, page, heads, hd));
+  be->set_matmul_input(MatmulInput::BF16);
+  auto kv = be->alloc_kv(2, 3, page, heads, hd);
+  EXPECT_EQ(2 * Backend::kv_page_bytes(*kv), f32_page);
+  RowLayout lay;
+  lay.seq_pages = {{1}};
+  for (int i = 0; i < page; ++i) lay.pos.push_back(i), lay.seq.push_back(0);
+  Tensor kt = upload(*be, k, page, w), vt = upload(*be, v, page, w);
+  for (int l = 0; l < 2; ++l) be->kv_store(*kv, l, kt, vt, lay);
+  const auto stored = kv_page_values(*be, *kv, 1);
+  // Per layer the page's K rows, then its V rows.
+  for (int l = 0; l < 2; ++l)
+    for (int i = 0; i < page * w; ++i) {
+      const size_t at = static_cast<size_t>(l) * 2 * page * w + static_cast<size_t>(i);
+      ASSERT_EQ(stored[at], round_to_bf16(k[static_cast<size_t>(i)])) << "layer " << l << " K value " << i;
+      ASSERT_EQ(stored[at + static_cast<size_t>(page) * w], round_to_bf16(v[static_cast<size_t>(i)]))
+          << "layer " << l << " V value " << i;
+    }
+  std::vector<uint8_t> bytes(Backend::kv_page_bytes(*kv));
+  be->kv_page_to_host(*kv, 1, bytes.data());
+  be->kv_page_from_host(*kv, 2, bytes.data());
+  be->kv_page_copy(*kv, 2, 0);
+  EXPECT_TRUE(same_bits(kv_page_values(*be, *kv, 0).data(), stored.data(), static_cast<int64_t>(stored.size())));
+  be->free(kt), be->free(vt);
+  be->set_matmul_input(MatmulInput::F32);
 }
 
 }  // namespace

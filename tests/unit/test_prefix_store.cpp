@@ -136,7 +136,7 @@ TEST(PrefixStore, HostTierRestoresEvictedPages) {
   auto a = seq(8, 0);
   auto pages = run_lane(pool, store, "", a, 4);
   // Mark the pages' contents so a restore can be checked.
-  const uint64_t floats = Backend::kv_page_floats(*kv);
+  const uint64_t floats = Backend::kv_page_bytes(*kv) / sizeof(float);
   std::vector<float> mark(floats);
   for (size_t i = 0; i < 2; ++i) {
     std::iota(mark.begin(), mark.end(), static_cast<float>(1000 * (i + 1)));

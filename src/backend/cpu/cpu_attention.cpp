@@ -49,15 +49,15 @@ void round_bf16(const float* x, float* out, int64_t n) {
 // bf16 where its products take them: per split of 64 keys on the absolute position grid, the
 // split's max and exp-sum of rounded weights, its PV sum, folded into the running state in order.
 // One row and one kv head: each split's K and V rows are rounded once for the group's heads.
-// key(i) and value(i) point at position i's K and V rows of the kv head; q and out at the
-// group's first head (heads hd apart).
+// load(i, v, dst) puts position i's K (v false) or V row of the kv head, rounded, in dst; q and
+// out point at the group's first head (heads hd apart).
 struct Bf16Scratch {
   std::vector<float> k, v, q, score, acc, acc_s, m, l;
 };
 
-template <class KeyAt, class ValueAt>
+template <class Load>
 void attend_bf16(const CpuKernels& kern, const float* q, int group, int hd, int first, int pos,
-                 const AttnParams& p, const KeyAt& key, const ValueAt& value, Bf16Scratch& sc, float* out) {
+                 const AttnParams& p, const Load& load, Bf16Scratch& sc, float* out) {
   constexpr int kSplit = 64;
   const size_t d = static_cast<size_t>(hd), g = static_cast<size_t>(group);
   sc.k.resize(kSplit * d), sc.v.resize(kSplit * d), sc.score.resize(kSplit);
@@ -66,8 +66,8 @@ void attend_bf16(const CpuKernels& kern, const float* q, int group, int hd, int 
   for (int s = first / kSplit; s <= pos / kSplit; ++s) {
     const int lo = std::max(first, s * kSplit), hi = std::min(pos, s * kSplit + kSplit - 1), n = hi - lo + 1;
     for (int i = 0; i < n; ++i) {
-      round_bf16(key(lo + i), sc.k.data() + static_cast<size_t>(i) * d, hd);
-      round_bf16(value(lo + i), sc.v.data() + static_cast<size_t>(i) * d, hd);
+      load(lo + i, false, sc.k.data() + static_cast<size_t>(i) * d);
+      load(lo + i, true, sc.v.data() + static_cast<size_t>(i) * d);
     }
     for (size_t h = 0; h < g; ++h) {
       float mx = -INFINITY;
@@ -120,8 +120,8 @@ void CpuBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Tens
         rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])]
                       [static_cast<size_t>(pos / kv.page_size)];
     const int slot = pos % kv.page_size;
-    std::memcpy(kv.k_at(layer, page, slot), k.row(r), static_cast<size_t>(width) * sizeof(float));
-    std::memcpy(kv.v_at(layer, page, slot), v.row(r), static_cast<size_t>(width) * sizeof(float));
+    kv.write_row(layer, page, slot, false, 0, width, k.row(r));
+    kv.write_row(layer, page, slot, true, 0, width, v.row(r));
   }
 }
 
@@ -164,16 +164,18 @@ void CpuBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, in
         const int32_t pos = rows.pos[static_cast<size_t>(r)];
         const auto& pages = rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])];
         const int64_t kv_off = static_cast<int64_t>(kvh) * hd, q_off = kv_off * group;
-        auto at = [&](int i, bool v) {
-          const int32_t page = pages[static_cast<size_t>(i / kv.page_size)];
-          return (v ? kv.v_at(layer, page, i % kv.page_size) : kv.k_at(layer, page, i % kv.page_size)) + kv_off;
+        // bf16 storage holds the values rounded already; f32 storage (made in f32 mode) rounds here.
+        auto load = [&](int i, bool v, float* dst) {
+          kv.read_row(layer, pages[static_cast<size_t>(i / kv.page_size)], i % kv.page_size, v, kv_off, hd, dst);
+          if (!kv.bf16()) round_bf16(dst, dst, hd);
         };
-        attend_bf16(kern, q.row(r) + q_off, group, hd, first_pos(pos), pos, p, [&](int i) { return at(i, false); },
-                    [&](int i) { return at(i, true); }, sc, out.row(r) + q_off);
+        attend_bf16(kern, q.row(r) + q_off, group, hd, first_pos(pos), pos, p, load, sc, out.row(r) + q_off);
       }
     });
     return;
   }
+  TF_CHECK(!kv.bf16(), "attention: the KV cache holds bf16 values (made with --matmul-input bf16) but the "
+                       "backend is in f32 mode");
   for_rows(tasks, work * 4, [&](int64_t b, int64_t e) {
     std::vector<float> score, acc(static_cast<size_t>(hd));
     for (int64_t t = b; t < e; ++t) {

@@ -27,7 +27,7 @@ float* map_zeroed(uint64_t bytes) {
   return p == MAP_FAILED ? nullptr : static_cast<float*>(p);
 }
 
-void unmap(float* p, uint64_t bytes) {
+void unmap(void* p, uint64_t bytes) {
   if (p) ::munmap(p, std::max<uint64_t>(bytes, 1));
 }
 
@@ -39,7 +39,7 @@ const CpuWeight& as_cpu(const Weight& w, const char* op) {
   return *cw;
 }
 
-CpuKv::CpuKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_dim_,
+CpuKv::CpuKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_dim_, bool bf16,
              ByteCounter counter)
     : counter_(std::move(counter)) {
   TF_CHECK(layers_ > 0 && pages_ > 0 && page_size_ > 0 && kv_heads_ > 0 && head_dim_ > 0,
@@ -47,25 +47,44 @@ CpuKv::CpuKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_di
            " kv_heads=", kv_heads_, " head_dim=", head_dim_);
   layers = layers_, pages = pages_, page_size = page_size_, kv_heads = kv_heads_,
   head_dim = head_dim_;
+  value_bytes = bf16 ? 2 : 4;
   elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
   TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxTensorElems), "alloc_kv: ", elems_,
            " elements is too many");
   // Anonymous zero pages: the pool's memory is committed as pages are first written, which is
   // what the memory planner counts (each lane's pages on its first prompt, cache pages as kept).
-  k_ = map_zeroed(elems_ * sizeof(float));
-  v_ = map_zeroed(elems_ * sizeof(float));
+  k_ = map_zeroed(elems_ * static_cast<uint64_t>(value_bytes));
+  v_ = map_zeroed(elems_ * static_cast<uint64_t>(value_bytes));
   if (!k_ || !v_) {
-    unmap(k_, elems_ * sizeof(float));
-    unmap(v_, elems_ * sizeof(float));
-    fail("alloc_kv: out of memory reserving ", 2 * elems_ * sizeof(float), " bytes");
+    unmap(k_, elems_ * static_cast<uint64_t>(value_bytes));
+    unmap(v_, elems_ * static_cast<uint64_t>(value_bytes));
+    fail("alloc_kv: out of memory reserving ", bytes(), " bytes");
   }
   counter_->fetch_add(bytes());
 }
 
 CpuKv::~CpuKv() {
-  unmap(k_, elems_ * sizeof(float));
-  unmap(v_, elems_ * sizeof(float));
+  unmap(k_, elems_ * static_cast<uint64_t>(value_bytes));
+  unmap(v_, elems_ * static_cast<uint64_t>(value_bytes));
   counter_->fetch_sub(bytes());
+}
+
+void CpuKv::read_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, float* out) const {
+  if (!bf16()) {
+    std::memcpy(out, (v ? v_at(layer, page, slot) : k_at(layer, page, slot)) + col, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const uint16_t* src = (v ? v16_at(layer, page, slot) : k16_at(layer, page, slot)) + col;
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
+}
+
+void CpuKv::write_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, const float* in) const {
+  if (!bf16()) {
+    std::memcpy((v ? v_at(layer, page, slot) : k_at(layer, page, slot)) + col, in, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* dst = (v ? v16_at(layer, page, slot) : k16_at(layer, page, slot)) + col;
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(in[i]);
 }
 
 CpuBackend::CpuBackend(int n_threads, const CpuKernels& kernels)
@@ -146,31 +165,32 @@ std::unique_ptr<Weight> CpuBackend::load_weight(const TensorView& view) {
   return w;
 }
 
-void CpuBackend::kv_page_to_host(const KvStorage& kv, int page, float* dst) {
+void CpuBackend::kv_page_to_host(const KvStorage& kv, int page, void* dst) {
   auto* c = dynamic_cast<const CpuKv*>(&kv);
-  TF_CHECK(c && page >= 0 && page < kv.pages, "kv_page_to_host: bad storage or page ", page);
-  const size_t n = static_cast<size_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
-  for (int l = 0; l < kv.layers; ++l) {
-    std::memcpy(dst, c->k_at(l, page, 0), n * sizeof(float));
-    std::memcpy(dst + n, c->v_at(l, page, 0), n * sizeof(float));
-    dst += 2 * n;
+  TF_CHECK(c && page >= 0 && page < kv.pages && dst, "kv_page_to_host: bad storage or page ", page);
+  const size_t n = static_cast<size_t>(kv.page_size) * kv.kv_heads * kv.head_dim * kv.value_bytes;
+  auto* d = static_cast<uint8_t*>(dst);
+  for (int l = 0; l < kv.layers; ++l, d += 2 * n) {
+    std::memcpy(d, c->bytes_at(l, page, 0, false), n);
+    std::memcpy(d + n, c->bytes_at(l, page, 0, true), n);
   }
 }
 
-void CpuBackend::kv_page_from_host(KvStorage& kv, int page, const float* src) {
+void CpuBackend::kv_page_from_host(KvStorage& kv, int page, const void* src) {
   auto* c = dynamic_cast<CpuKv*>(&kv);
-  TF_CHECK(c && page >= 0 && page < kv.pages, "kv_page_from_host: bad storage or page ", page);
-  const size_t n = static_cast<size_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
-  for (int l = 0; l < kv.layers; ++l) {
-    std::memcpy(c->k_at(l, page, 0), src, n * sizeof(float));
-    std::memcpy(c->v_at(l, page, 0), src + n, n * sizeof(float));
-    src += 2 * n;
+  TF_CHECK(c && page >= 0 && page < kv.pages && src, "kv_page_from_host: bad storage or page ", page);
+  const size_t n = static_cast<size_t>(kv.page_size) * kv.kv_heads * kv.head_dim * kv.value_bytes;
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (int l = 0; l < kv.layers; ++l, s += 2 * n) {
+    std::memcpy(c->bytes_at(l, page, 0, false), s, n);
+    std::memcpy(c->bytes_at(l, page, 0, true), s + n, n);
   }
 }
 
 std::unique_ptr<KvStorage> CpuBackend::alloc_kv(int layers, int pages, int page_size,
                                                 int kv_heads, int head_dim) {
-  return std::make_unique<CpuKv>(layers, pages, page_size, kv_heads, head_dim, blocks_.counter());
+  return std::make_unique<CpuKv>(layers, pages, page_size, kv_heads, head_dim,
+                                 matmul_input() == MatmulInput::BF16, blocks_.counter());
 }
 
 void CpuBackend::for_rows(int64_t n, int64_t work,

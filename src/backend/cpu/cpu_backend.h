@@ -18,14 +18,28 @@ class CpuWeight : public Weight {
 };
 
 
+// K and V of every layer and page. Made in bf16 mode (--matmul-input bf16), values are stored as
+// bf16, rounded as attention's products take them there: the same bits at half the bytes.
 class CpuKv : public KvStorage {
  public:
-  CpuKv(int layers, int pages, int page_size, int kv_heads, int head_dim, ByteCounter counter);
+  CpuKv(int layers, int pages, int page_size, int kv_heads, int head_dim, bool bf16, ByteCounter counter);
   ~CpuKv() override;
-  uint64_t bytes() const override { return 2 * elems_ * sizeof(float); }
-  // Start of the (layer, page, slot) row of kv_heads * head_dim floats.
-  float* k_at(int layer, int page, int slot) const { return k_ + offset(layer, page, slot); }
-  float* v_at(int layer, int page, int slot) const { return v_ + offset(layer, page, slot); }
+  uint64_t bytes() const override { return 2 * elems_ * static_cast<uint64_t>(value_bytes); }
+  bool bf16() const { return value_bytes == 2; }
+  // Start of the (layer, page, slot) row of kv_heads * head_dim values: floats (f32 storage)...
+  float* k_at(int layer, int page, int slot) const { return static_cast<float*>(k_) + offset(layer, page, slot); }
+  float* v_at(int layer, int page, int slot) const { return static_cast<float*>(v_) + offset(layer, page, slot); }
+  // ...or bf16 bits (bf16 storage).
+  uint16_t* k16_at(int layer, int page, int slot) const { return static_cast<uint16_t*>(k_) + offset(layer, page, slot); }
+  uint16_t* v16_at(int layer, int page, int slot) const { return static_cast<uint16_t*>(v_) + offset(layer, page, slot); }
+  // The bytes of K (v false) or V from row (layer, page, slot) on.
+  uint8_t* bytes_at(int layer, int page, int slot, bool v) const {
+    return static_cast<uint8_t*>(v ? v_ : k_) + offset(layer, page, slot) * static_cast<uint64_t>(value_bytes);
+  }
+  // n values from column col of row (layer, page, slot) of K (v false) or V, as floats.
+  void read_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, float* out) const;
+  // Stores n floats at column col of row (layer, page, slot) of K or V, rounded when bf16.
+  void write_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, const float* in) const;
 
  private:
   uint64_t offset(int layer, int page, int slot) const {
@@ -33,8 +47,8 @@ class CpuKv : public KvStorage {
            static_cast<uint64_t>(kv_heads) * head_dim;
   }
   uint64_t elems_ = 0;
-  float* k_ = nullptr;
-  float* v_ = nullptr;
+  void* k_ = nullptr;
+  void* v_ = nullptr;
   ByteCounter counter_;
 };
 
@@ -53,8 +67,8 @@ class CpuBackend : public Backend {
                    int32_t* ids) override;
   void from_host(const float* src, Tensor dst) override;
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;
-  void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
-  void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
+  void kv_page_to_host(const KvStorage& kv, int page, void* dst) override;
+  void kv_page_from_host(KvStorage& kv, int page, const void* src) override;
   std::unique_ptr<KvStorage> alloc_kv(int layers, int pages, int page_size, int kv_heads,
                                       int head_dim) override;
   uint64_t device_bytes_in_use() const override { return blocks_.bytes_in_use(); }

@@ -6,8 +6,9 @@
 // big = x cut to tf32 (low 13 mantissa bits cleared) and small = (x - big) cut the same way; a
 // k8 step of a product adds small*big, then big*small, then big*big to its f32 accumulator
 // (mma m16n8k8). With --matmul-input bf16 each operand is instead rounded to bf16 (exact in tf32)
-// and a k8 step is that one product; the weights p_j below are rounded to bf16 as they are made,
-// so l_s sums what the V product takes. Within split s:
+// and a k8 step is that one product; K and V are stored rounded (a pool of bf16 values), q is
+// rounded as it is staged, and the weights p_j below as they are made, so l_s sums what the V
+// product takes. Within split s:
 // score_j = that product over dims in steps of 8 in order (dims past head_dim are 0), times
 // scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
 // scores; p_j = expf(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7
@@ -48,15 +49,16 @@ constexpr int kThreads = 256;    // 8 warps
 constexpr int kMaxHeadDim = 512;
 constexpr uint64_t kMaxPartialBytes = 256ull << 20;
 
-__global__ void kv_store_kernel(float* k_layer, float* v_layer, const float* k, const float* v,
+template <class E>
+__global__ void kv_store_kernel(E* k_layer, E* v_layer, const float* k, const float* v,
                                 const int64_t* dst_row, int64_t width, int64_t total) {
   grid_wait();
   grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t r = i / width, c = i % width;
-  k_layer[dst_row[r] * width + c] = k[i];
-  v_layer[dst_row[r] * width + c] = v[i];
+  kv_put(k_layer + dst_row[r] * width + c, k[i]);
+  kv_put(v_layer + dst_row[r] * width + c, v[i]);
 }
 
 // Query row stride in shared memory for dims rounded to hd_pad: 4 mod 32.
@@ -64,12 +66,14 @@ constexpr int q_stride_for(int hd_pad) { return (hd_pad + 31) / 32 * 32 + 4; }
 
 // Stages dims [dim0, dim0 + cw) of split positions [base, base + 64) of the kv head at column
 // head_off into dst (rows of stride floats); positions outside [lo, hi] and dims past head_dim
-// stage as 0, so masked products are exact zeros whatever the pool holds there; kLo false:
-// rounded to bf16 as the products take them.
+// stage as 0, so masked products are exact zeros whatever the pool holds there. bf16 mode's pool
+// holds the values rounded as the products take them; they widen here.
 template <bool kLo>
-__device__ __forceinline__ void stage_split(float* dst, int stride, const float* src,
+__device__ __forceinline__ void stage_split(float* dst, int stride, const void* pool,
                                             const int32_t* pt, const AttnArgs& a, int base, int lo,
                                             int hi, int64_t head_off, int dim0, int cw, bool vec) {
+  using E = Kv<kLo>;
+  const E* src = static_cast<const E*>(pool);
   const int c4 = cw / 4;
   for (int e = threadIdx.x; e < kSplit * c4; e += kThreads) {
     const int key = e / c4, d = 4 * (e % c4);
@@ -77,19 +81,23 @@ __device__ __forceinline__ void stage_split(float* dst, int stride, const float*
     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (pk >= lo && pk <= hi) {
       const int64_t slot = static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size;
-      const float* row = src + slot * a.kv_width + head_off + dim0 + d;
+      const E* row = src + slot * a.kv_width + head_off + dim0 + d;
       const int left = a.head_dim - dim0 - d;
       if (vec && left >= 4) {
-        x = *reinterpret_cast<const float4*>(row);
+        if constexpr (kLo) {
+          x = *reinterpret_cast<const float4*>(row);
+        } else {
+          const uint2 u = *reinterpret_cast<const uint2*>(row);
+          x = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                          __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+        }
       } else {
-        x.x = left > 0 ? row[0] : 0.0f;
-        x.y = left > 1 ? row[1] : 0.0f;
-        x.z = left > 2 ? row[2] : 0.0f;
-        x.w = left > 3 ? row[3] : 0.0f;
+        x.x = left > 0 ? kv_get(row[0]) : 0.0f;
+        x.y = left > 1 ? kv_get(row[1]) : 0.0f;
+        x.z = left > 2 ? kv_get(row[2]) : 0.0f;
+        x.w = left > 3 ? kv_get(row[3]) : 0.0f;
       }
     }
-    x.x = product_input<kLo>(x.x), x.y = product_input<kLo>(x.y);
-    x.z = product_input<kLo>(x.z), x.w = product_input<kLo>(x.w);
     *reinterpret_cast<float4*>(dst + key * stride + d) = x;
   }
 }
@@ -386,6 +394,12 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
 }
 }  // namespace
 
+void CudaBackend::check_kv_mode(const CudaKv& kv, const char* op) const {
+  const bool bf16 = matmul_input() == MatmulInput::BF16;
+  TF_CHECK(kv.bf16() == bf16, op, ": the KV cache holds ", kv.bf16() ? "bf16" : "f32", " values but the backend is in ",
+           matmul_input_name(matmul_input()), " mode (a cache is made in the mode that reads it)");
+}
+
 const int64_t* CudaBackend::kv_slots(const CudaKv& kv, int layer, const Tensor& k, const Tensor& v,
                                       const RowLayout& rows, const char* op) {
   check_tensor(k, op, "k");
@@ -395,6 +409,7 @@ const int64_t* CudaBackend::kv_slots(const CudaKv& kv, int layer, const Tensor& 
            k.cols, "] and v [", v.rows, " x ", v.cols, "] for ", kv.kv_heads, " heads of ",
            kv.head_dim);
   TF_CHECK(layer >= 0 && layer < kv.layers, op, ": layer ", layer, " of ", kv.layers);
+  check_kv_mode(kv, op);
   check_layout(rows, k.rows, op);
   for (int r = 0; r < k.rows; ++r) check_row(rows, r, rows.pos[static_cast<size_t>(r)], kv, op);
   if (k.rows == 0) return nullptr;
@@ -415,8 +430,12 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
   const int64_t* d_dst = kv_slots(kv, layer, k, v, rows, "kv_store");
   if (k.rows == 0) return;
   const int64_t width = k.cols, total = k.rows * width;
-  launch_kernel(kv_store_kernel, grid_for(total, 256), 256, 0, kv.k_layer(layer), kv.v_layer(layer),
-                k.data, v.data, d_dst, width, total);
+  if (kv.bf16())
+    launch_kernel(kv_store_kernel<uint16_t>, grid_for(total, 256), 256, 0, static_cast<uint16_t*>(kv.k_layer(layer)),
+                  static_cast<uint16_t*>(kv.v_layer(layer)), k.data, v.data, d_dst, width, total);
+  else
+    launch_kernel(kv_store_kernel<float>, grid_for(total, 256), 256, 0, static_cast<float*>(kv.k_layer(layer)),
+                  static_cast<float*>(kv.v_layer(layer)), k.data, v.data, d_dst, width, total);
   check_launch("kv_store");
 }
 
@@ -443,6 +462,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
            " x ", q.cols, "] and out [", out.rows, " x ", out.cols, "] for ", p.n_heads,
            " heads of ", p.head_dim);
   TF_CHECK(layer >= 0 && layer < kv.layers, "attention: layer ", layer, " of ", kv.layers);
+  check_kv_mode(kv, "attention");
   TF_CHECK(p.sliding_window >= 0 && p.softcap >= 0.0f && std::isfinite(p.scale),
            "attention: sliding_window ", p.sliding_window, ", softcap ", p.softcap, ", scale ",
            p.scale);

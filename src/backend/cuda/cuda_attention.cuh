@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/cuda_util.cuh"
@@ -10,12 +11,18 @@
 namespace tf::cuda::attn {
 
 constexpr int kKs = kChunk + 4;  // K and V row stride, 4 mod 32: B fragments hit 32 banks
+constexpr int kKs16 = kChunk + 8;  // bf16 K and V rows: 4 mod 32 words, 16-byte aligned
+
+// The pool's values: f32 in f32 mode (kLo), bf16 bits in bf16 mode (stored rounded, as the
+// products take them).
+template <bool kLo>
+using Kv = std::conditional_t<kLo, float, uint16_t>;
 
 struct Args {
   const float* q;
   float* out;
-  const float* k;  // layer base, [pages][page_size][kv_width]
-  const float* v;
+  const void* k;  // layer base, [pages][page_size][kv_width] of Kv<lo>
+  const void* v;
   const int32_t* row_pos;
   const int32_t* row_first;
   const int32_t* row_pages;  // offset of each row's page list in pages
@@ -150,22 +157,6 @@ __device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0
     if (p < P && d < hd)
       x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
     qs[p * ld + d] = product_input<kLo>(x);
-  }
-}
-
-// kLo false: rounds the staged tile's rows t[key][0..hdp) (stride kKs) to bf16 in place, by T
-// threads, once for every warp that reads them. The caller syncs before and after.
-template <int T, bool kLo>
-__device__ __forceinline__ void round_tile(float* t, int hdp) {
-  if constexpr (!kLo) {
-    const int c4 = hdp / 4;
-    for (int e = threadIdx.x; e < kSplit * c4; e += T) {
-      float4* x = reinterpret_cast<float4*>(t + (e / c4) * kKs + 4 * (e % c4));
-      float4 v = *x;
-      v.x = product_input<false>(v.x), v.y = product_input<false>(v.y);
-      v.z = product_input<false>(v.z), v.w = product_input<false>(v.w);
-      *x = v;
-    }
   }
 }
 

@@ -15,8 +15,12 @@ namespace tf::cuda::attn {
 namespace {
 
 constexpr int kWarps = kFlashPairs / 16, kThreads = 32 * kWarps, kPairs = kFlashPairs;
-constexpr size_t kSmem = (static_cast<size_t>(kPairs + 2 * kSplit) * kKs) * sizeof(float) +
-                         2 * kSplit * sizeof(int64_t);
+// f32 mode: q, K and V tiles; bf16 mode: q, the f32 tile, bf16 K and V tiles.
+template <bool kLo>
+constexpr size_t flash_smem() {
+  return (static_cast<size_t>(kPairs + (kLo ? 2 : 1) * kSplit) * kKs) * sizeof(float) +
+         (kLo ? 0 : 2 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t)) + 2 * kSplit * sizeof(int64_t);
+}
 
 // A block's item: group g's rows times hpb heads of kv head blockIdx.y / (group / hpb), over
 // splits s0..s1 (c < 0: every split of the group; c >= 0: splits c * chunk.., at most chunk).
@@ -53,28 +57,52 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const I
   }
 }
 
-// Stages split rows dst[key][0..hd_pad) from the pool offsets in slot by cp.async (dims past
-// head_dim and masked keys as zeros), then commits the group. A thread copies one four-float
-// column of every (T / c4)-th key, so the loop has no division.
-template <int T>
-__device__ __forceinline__ void stage_tile(float* dst, const float* src, const int64_t* slot, int hd, int c4) {
-  const int kstep = T / c4, d4 = 4 * (static_cast<int>(threadIdx.x) % c4);
-  const int key0 = static_cast<int>(threadIdx.x) < kstep * c4 ? static_cast<int>(threadIdx.x) / c4 : kSplit;
+// Stages split rows dst[key][0..hd_pad) (row stride ld) from the pool offsets in slot by cp.async
+// (dims past head_dim and masked keys as zeros), then commits the group. A copy is `per` values of
+// 16 bytes, or 8 for bf16 rows of a head dim not a multiple of 8 (not 16-byte aligned). A thread
+// copies one column of every (T / units)-th key, so the loop has no division.
+template <int T, class E>
+__device__ __forceinline__ void stage_tile(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp) {
+  constexpr bool kWide = sizeof(E) == 4;
+  const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
+  const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
   for (int key = key0; key < kSplit; key += kstep) {
     const int64_t off = slot[key];
-    const bool ok = off >= 0 && d4 < hd;
-    cp_async16(dst + key * kKs + d4, src + (ok ? off + d4 : 0), ok);
+    const bool ok = off >= 0 && d0 < hd;
+    const E* from = src + (ok ? off + d0 : 0);
+    if (kWide || per == 8) cp_async16(dst + key * ld + d0, from, ok);
+    else cp_async8(dst + key * ld + d0, from, ok);
   }
   cp_async_commit();
 }
 
 // V columns past hd_pad are never staged, but dim tiles past it may read them: zeros, by T threads.
-template <int T>
-__device__ __forceinline__ void zero_v_tail(float* vs, int hdp) {
+template <int T, class E>
+__device__ __forceinline__ void zero_v_tail(E* vs, int ld, int hdp) {
   for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += T)
-    vs[(e / (kChunk - hdp)) * kKs + hdp + e % (kChunk - hdp)] = 0.0f;
+    vs[(e / (kChunk - hdp)) * ld + hdp + e % (kChunk - hdp)] = E(0);
 }
 
+// bf16 mode: widens a staged bf16 tile src[key][0..hdp) (stride kKs16) into f32 rows dst (stride
+// kKs), once for every warp that reads it, eight values a step, by T threads.
+template <int T>
+__device__ __forceinline__ void widen_tile(float* dst, const uint16_t* src, int hdp) {
+  const int units = hdp / 8, kstep = T / units, d0 = 8 * (static_cast<int>(threadIdx.x) % units);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
+  for (int key = key0; key < kSplit; key += kstep) {
+    const uint4 u = *reinterpret_cast<const uint4*>(src + key * kKs16 + d0);
+    float4* o = reinterpret_cast<float4*>(dst + key * kKs + d0);
+    const auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
+    const auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
+    o[0] = make_float4(lo(u.x), hi(u.x), lo(u.y), hi(u.y));
+    o[1] = make_float4(lo(u.z), hi(u.z), lo(u.w), hi(u.w));
+  }
+}
+
+// f32 mode streams K and V tiles into their own f32 buffers. bf16 mode stages the pool's bf16
+// tiles (half the bytes) and widens each into one f32 buffer that K and V take in turn; its next
+// K tile loads while this split's V products run and the next V tile during the K products.
 template <bool kLo>
 __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   grid_wait();
@@ -82,21 +110,25 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][kKs]
   float* ks = qs + kPairs * kKs;              // [kSplit][kKs]
-  float* vs = ks + kSplit * kKs;              // [kSplit][kKs]
-  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
+  float* vs = kLo ? ks + kSplit * kKs : ks;   // [kSplit][kKs] (bf16 mode: the one f32 tile)
+  auto* k16 = reinterpret_cast<uint16_t*>(ks + kSplit * kKs);  // bf16 mode: [kSplit][kKs16]
+  uint16_t* v16 = k16 + kSplit * kKs16;
+  auto* kslot = reinterpret_cast<int64_t*>(kLo ? vs + kSplit * kKs : reinterpret_cast<float*>(v16 + kSplit * kKs16));
   // c < 0: the whole group, folded; c >= 0: its splits c * chunk.. (at most chunk), a partial each.
   const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
   const bool part = c >= 0;
   const Item it = item_of(a, g, c);
   const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
-  auto stage = [&](float* dst, const float* src, int buf) {
-    stage_tile<kThreads>(dst, src, kslot + buf * kSplit, hd, c4);
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad;
+  auto stage = [&](bool v, int buf) {
+    const int64_t* sl = kslot + buf * kSplit;
+    if constexpr (kLo) stage_tile<kThreads>(v ? vs : ks, kKs, static_cast<const float*>(v ? a.v : a.k), sl, hd, hdp);
+    else stage_tile<kThreads>(v ? v16 : k16, kKs16, static_cast<const uint16_t*>(v ? a.v : a.k), sl, hd, hdp);
   };
   fill_slots<kThreads>(kslot, a, it, s0);
   stage_q<kThreads, kLo>(qs, kKs, a, r0, h0, P, kPairs);
-  zero_v_tail<kThreads>(vs, hdp);
+  zero_v_tail<kThreads>(vs, kKs, hdp);
   // This thread's two pairs: rows gq and gq + 8 of the warp's m tile.
   int pfirst[2], ppos[2];
   float m[2], l[2];
@@ -114,16 +146,18 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   __syncthreads();
-  stage(ks, a.k, 0);
+  stage(false, 0);
+  if constexpr (!kLo) stage(true, 0);
   for (int s = s0; s <= s1; ++s) {
     const int buf = (s - s0) & 1, base = s * kSplit;
-    stage(vs, a.v, buf);
+    if constexpr (kLo) stage(true, buf);
     if (s < s1) fill_slots<kThreads>(kslot + (buf ^ 1) * kSplit, a, it, s + 1);
     cp_async_wait<1>();
     __syncthreads();
     if constexpr (!kLo) {
-      round_tile<kThreads, kLo>(ks, hdp);
+      widen_tile<kThreads>(ks, k16, hdp);
       __syncthreads();
+      if (s < s1) stage(false, buf ^ 1);
     }
     float sc[8][4];
     int mode[2] = {0, 0};
@@ -177,14 +211,17 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
         }
       }
     }
-    __syncthreads();
-    if (s < s1) stage(ks, a.k, buf ^ 1);
+    if constexpr (kLo) {
+      __syncthreads();
+      if (s < s1) stage(false, buf ^ 1);
+    }
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
     if constexpr (!kLo) {
-      round_tile<kThreads, kLo>(vs, hdp);
+      widen_tile<kThreads>(vs, v16, hdp);
       __syncthreads();
+      if (s < s1) stage(true, buf ^ 1);
     }
     if (busy) {
       // acc_s per half of the dim tiles; A slots t and t + 4 take keys 8n + 2t and 8n + 2t + 1.
@@ -257,30 +294,43 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 // scores of key tile w and the products of dim tiles 2w and 2w + 1; warps 0 and 1 run the split
 // softmax on the exchanged scores, so each accumulator keeps the order of the kernel above. The
 // next split's K loads while this split's V does: two tiles in flight. Each K and V element is
-// read by one warp, so bf16 mode rounds them where they are read (no pass over the tile).
+// read by one warp, so bf16 mode's tiles stay bf16 (half the bytes) and widen where read.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
-constexpr size_t kDecSmem = static_cast<size_t>(kDecPairs + 3 * kSplit) * kKs * sizeof(float) +
-                            2 * kSplit * sizeof(int64_t);
+
+// q, two K tiles and a V tile of the pool's values, the exchanged scores (f32 mode: in the K
+// tile's rows), the slots.
+template <bool kLo>
+constexpr size_t dec_smem() {
+  return static_cast<size_t>(kDecPairs) * kKs * sizeof(float) +
+         3 * static_cast<size_t>(kSplit) * (kLo ? kKs : kKs16) * sizeof(Kv<kLo>) +
+         (kLo ? 0 : 8 * static_cast<size_t>(kKs) * sizeof(float)) + 2 * kSplit * sizeof(int64_t);
+}
 
 template <bool kLo>
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   grid_wait();
   grid_launch_next();
+  using E = Kv<kLo>;
+  constexpr int ld = kLo ? kKs : kKs16;
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);  // [kDecPairs][kKs]
-  float* kb = qs + kDecPairs * kKs;           // [2][kSplit][kKs]
-  float* vs = kb + 2 * kSplit * kKs;          // [kSplit][kKs]
-  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
+  E* kb = reinterpret_cast<E*>(qs + kDecPairs * kKs);  // [2][kSplit][ld]
+  E* vs = kb + 2 * kSplit * ld;                        // [kSplit][ld]
+  // Scores of key tile n at row n of xs (row stride xld): f32 mode in K tile rows 8n, bf16 mode apart.
+  float* xbuf = reinterpret_cast<float*>(vs + kSplit * ld);  // bf16 mode: [8][kKs]
+  auto* kslot = reinterpret_cast<int64_t*>(kLo ? xbuf : xbuf + 8 * kKs);  // [2][kSplit], -1: masked
   const Item it = item_of(a, a.items[2 * blockIdx.x], a.items[2 * blockIdx.x + 1]);
   const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, c4 = hdp / 4;
-  auto stage = [&](float* dst, const float* src, int buf) {
-    stage_tile<kDecThreads>(dst, src, kslot + buf * kSplit, hd, c4);
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad;
+  const E* kpool = static_cast<const E*>(a.k);
+  const E* vpool = static_cast<const E*>(a.v);
+  auto stage = [&](E* dst, const E* src, int buf) {
+    stage_tile<kDecThreads>(dst, ld, src, kslot + buf * kSplit, hd, hdp);
   };
   fill_slots<kDecThreads>(kslot, a, it, s0);
   stage_q<kDecThreads, kLo>(qs, kKs, a, r0, h0, P, kDecPairs);
-  zero_v_tail<kDecThreads>(vs, hdp);
+  zero_v_tail<kDecThreads>(vs, ld, hdp);
   int pfirst[2], ppos[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -289,15 +339,17 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     ppos[h] = p < P ? a.row_pos[row] : -1;
   }
   __syncthreads();
-  stage(kb, a.k, 0);
+  stage(kb, kpool, 0);
   for (int s = s0; s <= s1; ++s) {
     const int b = (s - s0) & 1, base = s * kSplit;
-    float* ks = kb + b * kSplit * kKs;
-    stage(vs, a.v, b);
+    E* ks = kb + b * kSplit * ld;
+    float* xs = kLo ? reinterpret_cast<float*>(ks) : xbuf;
+    const int xld = kLo ? 8 * kKs : kKs;
+    stage(vs, vpool, b);
     if (s < s1) {
       fill_slots<kDecThreads>(kslot + (b ^ 1) * kSplit, a, it, s + 1);
       __syncthreads();
-      stage(kb + (b ^ 1) * kSplit * kKs, a.k, b ^ 1);
+      stage(kb + (b ^ 1) * kSplit * ld, kpool, b ^ 1);
       cp_async_wait<2>();
     } else {
       cp_async_wait<1>();
@@ -308,14 +360,15 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     for (int kk = 0; kk < hdp; kk += 8) {
       uint32_t ab[4], as[4], bb[2], bs[2];
       load_a<kLo>(qs + kk, kKs, lane, ab, as);
-      const float* kr = ks + (8 * warp + gq) * kKs + kk + tq;
-      split_tf32<kLo>(product_input<kLo>(kr[0]), bb[0], bs[0]);
-      split_tf32<kLo>(product_input<kLo>(kr[4]), bb[1], bs[1]);
+      const E* kr = ks + (8 * warp + gq) * ld + kk + tq;
+      split_tf32<kLo>(kv_get(kr[0]), bb[0], bs[0]);
+      split_tf32<kLo>(kv_get(kr[4]), bb[1], bs[1]);
       mma3<kLo>(sw, ab, as, bb, bs);
     }
-    // The scores go to this warp's own K rows ([pair][8 keys]): no other warp reads them as K.
+    // The scores go to row `warp` of xs ([pair][8 keys]); in f32 mode that is this warp's own K
+    // rows, which no other warp reads as K.
     __syncwarp();
-    float* xw = ks + 8 * warp * kKs;
+    float* xw = xs + warp * xld;
     *reinterpret_cast<float2*>(xw + 8 * gq + 2 * tq) = make_float2(sw[0], sw[1]);
     *reinterpret_cast<float2*>(xw + 8 * (gq + 8) + 2 * tq) = make_float2(sw[2], sw[3]);
     __syncthreads();
@@ -329,14 +382,14 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
       float x[8][2];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
-        const float2 u = *reinterpret_cast<const float2*>(ks + 8 * n * kKs + 8 * (gq + 8 * h) + 2 * tq);
+        const float2 u = *reinterpret_cast<const float2*>(xs + n * xld + 8 * (gq + 8 * h) + 2 * tq);
         x[n][0] = u.x, x[n][1] = u.y;
       }
       float mx, lsum;
       split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
 #pragma unroll
       for (int n = 0; n < 8; ++n)
-        *reinterpret_cast<float2*>(ks + 8 * n * kKs + 8 * (gq + 8 * h) + 2 * tq) = make_float2(x[n][0], x[n][1]);
+        *reinterpret_cast<float2*>(xs + n * xld + 8 * (gq + 8 * h) + 2 * tq) = make_float2(x[n][0], x[n][1]);
       if (on[h] && tq == 0) {
         const int p = gq + 8 * h;
         const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
@@ -350,7 +403,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
     float sc[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const float* xr = ks + 8 * n * kKs + 2 * tq;
+      const float* xr = xs + n * xld + 2 * tq;
       const float2 u = *reinterpret_cast<const float2*>(xr + 8 * gq);
       const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (gq + 8));
       sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
@@ -367,9 +420,9 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
         uint32_t bb[2][2], bs[2][2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const float* vr = vs + (8 * n + 2 * tq) * kKs + 8 * (2 * warp + i) + gq;
-          split_tf32<kLo>(product_input<kLo>(vr[0]), bb[i][0], bs[i][0]);
-          split_tf32<kLo>(product_input<kLo>(vr[kKs]), bb[i][1], bs[i][1]);
+          const E* vr = vs + (8 * n + 2 * tq) * ld + 8 * (2 * warp + i) + gq;
+          split_tf32<kLo>(kv_get(vr[0]), bb[i][0], bs[i][0]);
+          split_tf32<kLo>(kv_get(vr[ld]), bb[i][1], bs[i][1]);
         }
         mma3_shared_a<kLo>(os, ab, as, bb, bs);
       }
@@ -395,11 +448,11 @@ void launch_flash_decode_as(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kDecSmem)),
-                  "attention: shared memory of ", kDecSmem, " bytes");
+                                       static_cast<int>(dec_smem<kLo>())),
+                  "attention: shared memory of ", dec_smem<kLo>(), " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(flash_decode_kernel<kLo>, dim3(n_items, yblocks), kDecThreads, kDecSmem, a);
+  launch_kernel_whole(flash_decode_kernel<kLo>, dim3(n_items, yblocks), kDecThreads, dec_smem<kLo>(), a);
 }
 
 template <bool kLo>
@@ -407,11 +460,11 @@ void launch_flash_as(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
   if (!ready.load()) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmem)),
-                  "attention: shared memory of ", kSmem, " bytes");
+                                       static_cast<int>(flash_smem<kLo>())),
+                  "attention: shared memory of ", flash_smem<kLo>(), " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(flash_kernel<kLo>, dim3(n_items, yblocks), kThreads, kSmem, a);
+  launch_kernel_whole(flash_kernel<kLo>, dim3(n_items, yblocks), kThreads, flash_smem<kLo>(), a);
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ CudaWeight::~CudaWeight() {
   counter_->fetch_sub(bytes);
 }
 
-CudaKv::CudaKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_dim_,
+CudaKv::CudaKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_dim_, bool bf16,
                ByteCounter counter)
     : counter_(std::move(counter)) {
   TF_CHECK(layers_ > 0 && pages_ > 0 && page_size_ > 0 && kv_heads_ > 0 && head_dim_ > 0,
@@ -104,12 +104,13 @@ CudaKv::CudaKv(int layers_, int pages_, int page_size_, int kv_heads_, int head_
            " kv_heads=", kv_heads_, " head_dim=", head_dim_);
   layers = layers_, pages = pages_, page_size = page_size_, kv_heads = kv_heads_,
   head_dim = head_dim_;
+  value_bytes = bf16 ? 2 : 4;
   elems_ = static_cast<uint64_t>(layers) * pages * page_size * kv_heads * head_dim;
   TF_CHECK(elems_ <= static_cast<uint64_t>(kMaxTensorElems), "alloc_kv: ", elems_,
            " elements is too many");
-  k_ = static_cast<float*>(device_zeroed(elems_ * sizeof(float), "alloc_kv"));
+  k_ = static_cast<uint8_t*>(device_zeroed(elems_ * value_bytes, "alloc_kv"));
   try {
-    v_ = static_cast<float*>(device_zeroed(elems_ * sizeof(float), "alloc_kv"));
+    v_ = static_cast<uint8_t*>(device_zeroed(elems_ * value_bytes, "alloc_kv"));
   } catch (...) {
     cudaFree(k_);
     throw;
@@ -366,38 +367,39 @@ void CudaBackend::unpin_host(void* p) {
 }
 
 // Host layout as the cpu backend: per layer, the page's K rows then its V rows.
-void CudaBackend::kv_page_to_host(const KvStorage& kvs, int page, float* dst) {
+void CudaBackend::kv_page_to_host(const KvStorage& kvs, int page, void* dst) {
   graph_refuse();
   const CudaKv& kv = as_cuda_kv(kvs, "kv_page_to_host");
   TF_CHECK(page >= 0 && page < kv.pages && dst != nullptr, "kv_page_to_host: bad page ", page,
            " of ", kv.pages, " or null destination");
-  const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
+  const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim * kv.value_bytes;
+  auto* d = static_cast<uint8_t*>(dst);
   const WaitScope wait(*this);
-  for (int l = 0; l < kv.layers; ++l) {
-    TF_CUDA_CHECK(cudaMemcpy(dst, kv.k_layer(l) + n * page, n * 4, cudaMemcpyDeviceToHost),
+  for (int l = 0; l < kv.layers; ++l, d += 2 * n) {
+    TF_CUDA_CHECK(cudaMemcpy(d, static_cast<uint8_t*>(kv.k_layer(l)) + n * page, n, cudaMemcpyDeviceToHost),
                   "kv_page_to_host layer ", l);
-    TF_CUDA_CHECK(cudaMemcpy(dst + n, kv.v_layer(l) + n * page, n * 4, cudaMemcpyDeviceToHost),
+    TF_CUDA_CHECK(cudaMemcpy(d + n, static_cast<uint8_t*>(kv.v_layer(l)) + n * page, n, cudaMemcpyDeviceToHost),
                   "kv_page_to_host layer ", l);
-    dst += 2 * n;
   }
 }
 
-void CudaBackend::kv_page_from_host(KvStorage& kvs, int page, const float* src) {
+void CudaBackend::kv_page_from_host(KvStorage& kvs, int page, const void* src) {
   graph_refuse();
   const CudaKv& kv = as_cuda_kv(kvs, "kv_page_from_host");
   TF_CHECK(page >= 0 && page < kv.pages && src != nullptr, "kv_page_from_host: bad page ", page,
            " of ", kv.pages, " or null source");
-  const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim;
-  for (int l = 0; l < kv.layers; ++l) {
-    upload_bytes(kv.k_layer(l) + n * page, src, n * 4);
-    upload_bytes(kv.v_layer(l) + n * page, src + n, n * 4);
-    src += 2 * n;
+  const uint64_t n = static_cast<uint64_t>(kv.page_size) * kv.kv_heads * kv.head_dim * kv.value_bytes;
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (int l = 0; l < kv.layers; ++l, s += 2 * n) {
+    upload_bytes(static_cast<uint8_t*>(kv.k_layer(l)) + n * page, s, n);
+    upload_bytes(static_cast<uint8_t*>(kv.v_layer(l)) + n * page, s + n, n);
   }
 }
 
 std::unique_ptr<KvStorage> CudaBackend::alloc_kv(int layers, int pages, int page_size,
                                                  int kv_heads, int head_dim) {
-  return std::make_unique<CudaKv>(layers, pages, page_size, kv_heads, head_dim, blocks_.counter());
+  return std::make_unique<CudaKv>(layers, pages, page_size, kv_heads, head_dim,
+                                  matmul_input() == MatmulInput::BF16, blocks_.counter());
 }
 
 }  // namespace tf::cuda

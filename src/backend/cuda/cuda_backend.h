@@ -32,20 +32,22 @@ class CudaWeight : public Weight {
   ByteCounter counter_;
 };
 
-// Paged KV storage: per layer, K and V as [pages][page_size][kv_heads * head_dim] f32.
+// Paged KV storage: per layer, K and V as [pages][page_size][kv_heads * head_dim] values, f32 or,
+// made in bf16 mode, bf16 (value_bytes 2: the values rounded as attention's products take them).
 class CudaKv : public KvStorage {
  public:
-  CudaKv(int layers, int pages, int page_size, int kv_heads, int head_dim, ByteCounter counter);
+  CudaKv(int layers, int pages, int page_size, int kv_heads, int head_dim, bool bf16, ByteCounter counter);
   ~CudaKv() override;
-  uint64_t bytes() const override { return 2 * elems_ * sizeof(float); }
+  uint64_t bytes() const override { return 2 * elems_ * static_cast<uint64_t>(value_bytes); }
+  bool bf16() const { return value_bytes == 2; }
   uint64_t layer_elems() const { return elems_ / static_cast<uint64_t>(layers); }
-  float* k_layer(int layer) const { return k_ + layer_elems() * static_cast<uint64_t>(layer); }
-  float* v_layer(int layer) const { return v_ + layer_elems() * static_cast<uint64_t>(layer); }
+  void* k_layer(int layer) const { return k_ + layer_elems() * static_cast<uint64_t>(layer) * value_bytes; }
+  void* v_layer(int layer) const { return v_ + layer_elems() * static_cast<uint64_t>(layer) * value_bytes; }
 
  private:
   uint64_t elems_ = 0;
-  float* k_ = nullptr;
-  float* v_ = nullptr;
+  uint8_t* k_ = nullptr;
+  uint8_t* v_ = nullptr;
   ByteCounter counter_;
 };
 
@@ -109,8 +111,8 @@ class CudaBackend : public Backend {
   double device_wait_seconds() const override { return static_cast<double>(wait_ns_.load()) * 1e-9; }
   void pin_host(void* p, uint64_t bytes) override;
   void unpin_host(void* p) override;
-  void kv_page_to_host(const KvStorage& kv, int page, float* dst) override;
-  void kv_page_from_host(KvStorage& kv, int page, const float* src) override;
+  void kv_page_to_host(const KvStorage& kv, int page, void* dst) override;
+  void kv_page_from_host(KvStorage& kv, int page, const void* src) override;
 
   void embed(const Weight& table, const int32_t* ids, int n, Tensor out) override;
   void matmul(const Tensor& x, const Weight& w, const Weight* bias, Tensor y) override;
@@ -171,6 +173,8 @@ class CudaBackend : public Backend {
   const float* rope_cs(const int32_t* pos, int64_t rows, const RopeParams& p);
   // Checks a kv_store of k and v and sends each row's pool slot (page * page_size + offset); null
   // for no rows.
+  // Throws unless kv's values are those of the backend's mode (bf16 in bf16 mode, else f32).
+  void check_kv_mode(const CudaKv& kv, const char* op) const;
   const int64_t* kv_slots(const CudaKv& kv, int layer, const Tensor& k, const Tensor& v,
                           const RowLayout& rows, const char* op);
   // Matmul split-K scratch: f32 partials of at least n floats, and per-tile arrival counters

@@ -23,13 +23,19 @@ struct PrepArgs {
   const float* qg;  // per-head norm weights; null: no norm
   const float* kg;
   const float* cs;  // rope table of the rows; null: no rotation
-  float* k_pool;
-  float* v_pool;
+  void* k_pool;  // f32, or bf16 bits (bf16: values rounded to nearest even)
+  void* v_pool;
   const int64_t* slot;  // each row's pool slot
   float eps;
   int n_heads, kv_heads, head_dim, half;
-  bool add_one, neox;
+  bool add_one, neox, bf16;
 };
+
+// Value i of pool row `row` (f32 or bf16 bits) becomes x.
+__device__ __forceinline__ void pool_put(void* row, bool bf16, int i, float x) {
+  if (bf16) kv_put(static_cast<uint16_t*>(row) + i, x);
+  else kv_put(static_cast<float*>(row) + i, x);
+}
 
 // A warp per head of a row: q heads, then k heads, then v heads (copied to the pool). A q or k
 // head is staged in shared memory and gets rmsnorm_kernel's arithmetic for one row of head_dim
@@ -46,8 +52,9 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
   if (task >= a.n_heads + a.kv_heads) {
     const int64_t h = task - a.n_heads - a.kv_heads;
     const float* src = a.v + r * kw + h * hd;
-    float* dst = a.v_pool + a.slot[r] * kw + h * hd;
-    for (int i = lane; i < hd; i += 32) dst[i] = src[i];
+    const int64_t at = a.slot[r] * kw + h * hd;
+    void* dst = a.bf16 ? static_cast<void*>(static_cast<uint16_t*>(a.v_pool) + at) : static_cast<float*>(a.v_pool) + at;
+    for (int i = lane; i < hd; i += 32) pool_put(dst, a.bf16, i, src[i]);
     return;
   }
   const bool is_q = task < a.n_heads;
@@ -85,10 +92,13 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
     }
     __syncwarp();
   }
-  float* pool = is_q ? nullptr : a.k_pool + a.slot[r] * kw + h * hd;
+  const int64_t at = is_q ? 0 : a.slot[r] * kw + h * hd;
+  void* pool = is_q ? nullptr
+               : a.bf16 ? static_cast<void*>(static_cast<uint16_t*>(a.k_pool) + at)
+                        : static_cast<float*>(a.k_pool) + at;
   for (int i = lane; i < hd; i += 32) {
     x[i] = s[i];
-    if (pool) pool[i] = s[i];
+    if (pool) pool_put(pool, a.bf16, i, s[i]);
   }
 }
 
@@ -130,7 +140,7 @@ void CudaBackend::attention_prep(Tensor q, Tensor k, const Tensor& v, const QkNo
   a.qg = norm.q ? as_cuda(*norm.q, "attention_prep").f32 : nullptr;
   a.kg = norm.k ? as_cuda(*norm.k, "attention_prep").f32 : nullptr;
   a.cs = half > 0 ? rope_cs(rows.pos.data(), q.rows, rope) : nullptr;
-  a.k_pool = kv.k_layer(layer), a.v_pool = kv.v_layer(layer), a.slot = slot;
+  a.k_pool = kv.k_layer(layer), a.v_pool = kv.v_layer(layer), a.slot = slot, a.bf16 = kv.bf16();
   a.eps = norm.eps, a.add_one = norm.add_one, a.neox = rope.neox;
   a.n_heads = p.n_heads, a.kv_heads = p.n_kv_heads, a.head_dim = hd, a.half = half;
   const int tasks = p.n_heads + 2 * p.n_kv_heads;

@@ -201,6 +201,12 @@ inline int dt_code(DType t) {
   return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 3;
 }
 
+// A K/V pool value: f32, or bf16 bits in pools made in bf16 mode (rounded to nearest even).
+__device__ __forceinline__ void kv_put(float* p, float x) { *p = x; }
+__device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float kv_get(float x) { return x; }
+__device__ __forceinline__ float kv_get(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
 // 16 bytes by cp.async, past L1; zero-filled when !valid.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
