@@ -292,167 +292,249 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 
 // Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
 // scores of key tile w and the products of dim tiles 2w and 2w + 1; warps 0 and 1 run the split
-// softmax on the exchanged scores, so each accumulator keeps the order of the kernel above. The
-// next split's K loads while this split's V does: two tiles in flight. Each K and V element is
-// read by one warp, so bf16 mode's tiles stay bf16 (half the bytes) and widen where read.
+// softmax on the exchanged scores, so each accumulator keeps the order of the kernel above. Each
+// K and V element is read by one warp, so bf16 mode's tiles stay bf16 and widen where read.
+// f32 mode: the next split's K loads while this split's V does (two f32 tiles in flight). bf16
+// mode (tiles of half the bytes): K and V of the next two splits load while this one computes.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
 
-// q, two K tiles and a V tile of the pool's values, the exchanged scores (f32 mode: in the K
-// tile's rows), the slots.
+// f32 mode: q, two K tiles and a V tile, the scores in the K tile's rows, the slots. bf16 mode:
+// q, two K and two V tiles, the scores, the slots.
 template <bool kLo>
 constexpr size_t dec_smem() {
   return static_cast<size_t>(kDecPairs) * kKs * sizeof(float) +
-         3 * static_cast<size_t>(kSplit) * (kLo ? kKs : kKs16) * sizeof(Kv<kLo>) +
-         (kLo ? 0 : 8 * static_cast<size_t>(kKs) * sizeof(float)) + 2 * kSplit * sizeof(int64_t);
+         (kLo ? 3 * static_cast<size_t>(kSplit) * kKs * sizeof(float)
+              : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t) + 8 * static_cast<size_t>(kKs) * sizeof(float)) +
+         2 * kSplit * sizeof(int64_t);
 }
 
+// What a decode block's warps share: its item, its pairs' key ranges, where the scores go.
+struct Dec {
+  Item it;
+  int warp, lane, gq, tq, hd, hdp;
+  int pfirst[2], ppos[2];  // pairs gq and gq + 8
+};
+
+__device__ __forceinline__ Dec dec_of(const Args& a) {
+  Dec d;
+  d.it = item_of(a, a.items[2 * blockIdx.x], a.items[2 * blockIdx.x + 1]);
+  d.warp = threadIdx.x / 32, d.lane = threadIdx.x % 32, d.gq = d.lane >> 2, d.tq = d.lane & 3;
+  d.hd = a.head_dim, d.hdp = a.hd_pad;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = d.gq + 8 * h, row = d.it.r0 + (p < d.it.P ? p / a.hpb : 0);
+    d.pfirst[h] = a.row_first[row];
+    d.ppos[h] = p < d.it.P ? a.row_pos[row] : -1;
+  }
+  return d;
+}
+
+// Warp w's scores of key tile w (K tile ks, row stride ld) to row w of xs ([pair][8 keys], row
+// stride xld). In f32 mode xs is the K tile itself: row 8w is this warp's own, read by no other.
+template <bool kLo, class E>
+__device__ __forceinline__ void dec_scores(const Dec& d, const float* qs, const E* ks, int ld, float* xs, int xld) {
+  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int kk = 0; kk < d.hdp; kk += 8) {
+    uint32_t ab[4], as[4], bb[2], bs[2];
+    load_a<kLo>(qs + kk, kKs, d.lane, ab, as);
+    const E* kr = ks + (8 * d.warp + d.gq) * ld + kk + d.tq;
+    split_tf32<kLo>(kv_get(kr[0]), bb[0], bs[0]);
+    split_tf32<kLo>(kv_get(kr[4]), bb[1], bs[1]);
+    mma3<kLo>(sw, ab, as, bb, bs);
+  }
+  __syncwarp();
+  float* xw = xs + d.warp * xld;
+  *reinterpret_cast<float2*>(xw + 8 * d.gq + 2 * d.tq) = make_float2(sw[0], sw[1]);
+  *reinterpret_cast<float2*>(xw + 8 * (d.gq + 8) + 2 * d.tq) = make_float2(sw[2], sw[3]);
+}
+
+// Split s's softmax: warp h turns pairs gq + 8h's scores in xs into weights in place, once for
+// the block, and writes their (max, sum); on[h]: whether pair gq + 8h has keys in the split.
 template <bool kLo>
+__device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* xs, int xld, int s, bool (&on)[2]) {
+  const int base = s * kSplit;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int klo = max(d.pfirst[h], base) - base, khi = min(d.ppos[h], base + kSplit - 1) - base;
+    on[h] = klo <= khi;
+    if (d.warp != h) continue;
+    float x[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 u = *reinterpret_cast<const float2*>(xs + n * xld + 8 * (d.gq + 8 * h) + 2 * d.tq);
+      x[n][0] = u.x, x[n][1] = u.y;
+    }
+    float mx, lsum;
+    split_softmax<kLo>(x, d.tq, klo, khi, a.scale, a.softcap, mx, lsum);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(xs + n * xld + 8 * (d.gq + 8 * h) + 2 * d.tq) = make_float2(x[n][0], x[n][1]);
+    if (on[h] && d.tq == 0) {
+      const int p = d.gq + 8 * h;
+      const int64_t slot = part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s);
+      a.part_ml[2 * slot] = mx;
+      a.part_ml[2 * slot + 1] = lsum;
+    }
+  }
+}
+
+// Split s's products of the weights in xs and V tile vs for dim tiles 2w and 2w + 1 (past hd_pad
+// they read zeros and are not written), into the pairs' partials.
+template <bool kLo, class E>
+__device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float* xs, int xld, const E* vs, int ld,
+                                       int s, const bool (&on)[2]) {
+  float sc[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float* xr = xs + n * xld + 2 * d.tq;
+    const float2 u = *reinterpret_cast<const float2*>(xr + 8 * d.gq);
+    const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (d.gq + 8));
+    sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
+  }
+  if (16 * d.warp >= d.hdp) return;
+  float os[2][4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    uint32_t ab[4], as[4];
+    split_a<kLo>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+    uint32_t bb[2][2], bs[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const E* vr = vs + (8 * n + 2 * d.tq) * ld + 8 * (2 * d.warp + i) + d.gq;
+      split_tf32<kLo>(kv_get(vr[0]), bb[i][0], bs[i][0]);
+      split_tf32<kLo>(kv_get(vr[ld]), bb[i][1], bs[i][1]);
+    }
+    mma3_shared_a<kLo>(os, ab, as, bb, bs);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!on[h]) continue;
+    const int p = d.gq + 8 * h;
+    float* dst = a.part_acc + part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s) * d.hd;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int dd = 8 * (2 * d.warp + j) + 2 * d.tq;
+      if (dd < d.hd) dst[dd] = os[j][2 * h];
+      if (dd + 1 < d.hd) dst[dd + 1] = os[j][2 * h + 1];
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   grid_wait();
   grid_launch_next();
-  using E = Kv<kLo>;
-  constexpr int ld = kLo ? kKs : kKs16;
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);  // [kDecPairs][kKs]
-  E* kb = reinterpret_cast<E*>(qs + kDecPairs * kKs);  // [2][kSplit][ld]
-  E* vs = kb + 2 * kSplit * ld;                        // [kSplit][ld]
-  // Scores of key tile n at row n of xs (row stride xld): f32 mode in K tile rows 8n, bf16 mode apart.
-  float* xbuf = reinterpret_cast<float*>(vs + kSplit * ld);  // bf16 mode: [8][kKs]
-  auto* kslot = reinterpret_cast<int64_t*>(kLo ? xbuf : xbuf + 8 * kKs);  // [2][kSplit], -1: masked
-  const Item it = item_of(a, a.items[2 * blockIdx.x], a.items[2 * blockIdx.x + 1]);
-  const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad;
-  const E* kpool = static_cast<const E*>(a.k);
-  const E* vpool = static_cast<const E*>(a.v);
-  auto stage = [&](E* dst, const E* src, int buf) {
-    stage_tile<kDecThreads>(dst, ld, src, kslot + buf * kSplit, hd, hdp);
+  float* kb = qs + kDecPairs * kKs;           // [2][kSplit][kKs]
+  float* vs = kb + 2 * kSplit * kKs;          // [kSplit][kKs]
+  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
+  const Dec d = dec_of(a);
+  const int s0 = d.it.s0, s1 = d.it.s1;
+  const auto* kpool = static_cast<const float*>(a.k);
+  const auto* vpool = static_cast<const float*>(a.v);
+  auto stage = [&](float* dst, const float* src, int buf) {
+    stage_tile<kDecThreads>(dst, kKs, src, kslot + buf * kSplit, d.hd, d.hdp);
   };
-  fill_slots<kDecThreads>(kslot, a, it, s0);
-  stage_q<kDecThreads, kLo>(qs, kKs, a, r0, h0, P, kDecPairs);
-  zero_v_tail<kDecThreads>(vs, ld, hdp);
-  int pfirst[2], ppos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int p = gq + 8 * h, row = r0 + (p < P ? p / a.hpb : 0);
-    pfirst[h] = a.row_first[row];
-    ppos[h] = p < P ? a.row_pos[row] : -1;
-  }
+  fill_slots<kDecThreads>(kslot, a, d.it, s0);
+  stage_q<kDecThreads, true>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
+  zero_v_tail<kDecThreads>(vs, kKs, d.hdp);
   __syncthreads();
   stage(kb, kpool, 0);
   for (int s = s0; s <= s1; ++s) {
-    const int b = (s - s0) & 1, base = s * kSplit;
-    E* ks = kb + b * kSplit * ld;
-    float* xs = kLo ? reinterpret_cast<float*>(ks) : xbuf;
-    const int xld = kLo ? 8 * kKs : kKs;
+    const int b = (s - s0) & 1;
+    float* ks = kb + b * kSplit * kKs;
     stage(vs, vpool, b);
     if (s < s1) {
-      fill_slots<kDecThreads>(kslot + (b ^ 1) * kSplit, a, it, s + 1);
+      fill_slots<kDecThreads>(kslot + (b ^ 1) * kSplit, a, d.it, s + 1);
       __syncthreads();
-      stage(kb + (b ^ 1) * kSplit * ld, kpool, b ^ 1);
+      stage(kb + (b ^ 1) * kSplit * kKs, kpool, b ^ 1);
       cp_async_wait<2>();
     } else {
       cp_async_wait<1>();
     }
     __syncthreads();
-    float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-    for (int kk = 0; kk < hdp; kk += 8) {
-      uint32_t ab[4], as[4], bb[2], bs[2];
-      load_a<kLo>(qs + kk, kKs, lane, ab, as);
-      const E* kr = ks + (8 * warp + gq) * ld + kk + tq;
-      split_tf32<kLo>(kv_get(kr[0]), bb[0], bs[0]);
-      split_tf32<kLo>(kv_get(kr[4]), bb[1], bs[1]);
-      mma3<kLo>(sw, ab, as, bb, bs);
-    }
-    // The scores go to row `warp` of xs ([pair][8 keys]); in f32 mode that is this warp's own K
-    // rows, which no other warp reads as K.
-    __syncwarp();
-    float* xw = xs + warp * xld;
-    *reinterpret_cast<float2*>(xw + 8 * gq + 2 * tq) = make_float2(sw[0], sw[1]);
-    *reinterpret_cast<float2*>(xw + 8 * (gq + 8) + 2 * tq) = make_float2(sw[2], sw[3]);
+    dec_scores<true>(d, qs, ks, kKs, ks, 8 * kKs);
     __syncthreads();
     bool on[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int klo = max(pfirst[h], base) - base, khi = min(ppos[h], base + kSplit - 1) - base;
-      on[h] = klo <= khi;
-      // Warp h turns pairs gq + 8h's scores into weights in place, once for the block.
-      if (warp != h) continue;
-      float x[8][2];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const float2 u = *reinterpret_cast<const float2*>(xs + n * xld + 8 * (gq + 8 * h) + 2 * tq);
-        x[n][0] = u.x, x[n][1] = u.y;
-      }
-      float mx, lsum;
-      split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        *reinterpret_cast<float2*>(xs + n * xld + 8 * (gq + 8 * h) + 2 * tq) = make_float2(x[n][0], x[n][1]);
-      if (on[h] && tq == 0) {
-        const int p = gq + 8 * h;
-        const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
-        a.part_ml[2 * slot] = mx;
-        a.part_ml[2 * slot + 1] = lsum;
-      }
-    }
+    dec_softmax<true>(a, d, ks, 8 * kKs, s, on);
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
-    float sc[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float* xr = xs + n * xld + 2 * tq;
-      const float2 u = *reinterpret_cast<const float2*>(xr + 8 * gq);
-      const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (gq + 8));
-      sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
-    }
-    if (16 * warp < hdp) {
-      // Dim tiles 2w and 2w + 1 (past hd_pad they read zeros and are not written).
-      float os[2][4];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        uint32_t ab[4], as[4];
-        split_a<kLo>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
-        uint32_t bb[2][2], bs[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const E* vr = vs + (8 * n + 2 * tq) * ld + 8 * (2 * warp + i) + gq;
-          split_tf32<kLo>(kv_get(vr[0]), bb[i][0], bs[i][0]);
-          split_tf32<kLo>(kv_get(vr[ld]), bb[i][1], bs[i][1]);
-        }
-        mma3_shared_a<kLo>(os, ab, as, bb, bs);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!on[h]) continue;
-        const int p = gq + 8 * h;
-        float* dst = a.part_acc + part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s) * hd;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int d = 8 * (2 * warp + j) + 2 * tq;
-          if (d < hd) dst[d] = os[j][2 * h];
-          if (d + 1 < hd) dst[d + 1] = os[j][2 * h + 1];
-        }
-      }
-    }
+    dec_pv<true>(a, d, ks, 8 * kKs, vs, kKs, s, on);
     __syncthreads();
+  }
+}
+
+// bf16 mode's schedule: a ring of two (K, V) stages a split each. Split s + 2's slots are found
+// while split s's scores run (their page ids load meanwhile) and its tiles load once split s's
+// products are done, so a split's loads have a whole split's work to land.
+__global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args a) {
+  grid_wait();
+  grid_launch_next();
+  constexpr int ld = kKs16;
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);                  // [kDecPairs][kKs]
+  auto* kb = reinterpret_cast<uint16_t*>(qs + kDecPairs * kKs);  // [2][kSplit][ld]
+  uint16_t* vb = kb + 2 * kSplit * ld;                          // [2][kSplit][ld]
+  auto* xs = reinterpret_cast<float*>(vb + 2 * kSplit * ld);    // [8][kKs]: scores, then weights
+  auto* kslot = reinterpret_cast<int64_t*>(xs + 8 * kKs);       // [2][kSplit], -1: masked
+  const Dec d = dec_of(a);
+  const int s0 = d.it.s0, s1 = d.it.s1;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+  // Split s's K and V into stage b, one commit group.
+  auto stage = [&](int b) {
+    const int64_t* sl = kslot + b * kSplit;
+    stage_tile<kDecThreads>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp);
+    stage_tile<kDecThreads>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp);
+  };
+  fill_slots<kDecThreads>(kslot, a, d.it, s0);
+  if (s0 < s1) fill_slots<kDecThreads>(kslot + kSplit, a, d.it, s0 + 1);
+  stage_q<kDecThreads, false>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
+  zero_v_tail<kDecThreads>(vb, ld, d.hdp);
+  zero_v_tail<kDecThreads>(vb + kSplit * ld, ld, d.hdp);
+  __syncthreads();
+  stage(0);
+  if (s0 < s1) stage(1);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    if (s < s1) cp_async_wait<2>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    // Split s + 2's slots into this stage's (read when split s's tiles were staged): the page
+    // id loads now, the slot is written after the scores.
+    const int j = threadIdx.x;
+    const int32_t pk = (s + 2) * kSplit + j;
+    const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
+    const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
+    dec_scores<false>(d, qs, kb + b * kSplit * ld, ld, xs, kKs);
+    if (fill)
+      kslot[b * kSplit + j] =
+          in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
+    __syncthreads();
+    bool on[2];
+    dec_softmax<false>(a, d, xs, kKs, s, on);
+    __syncthreads();
+    dec_pv<false>(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on);
+    __syncthreads();
+    if (s + 2 <= s1) stage(b);
   }
 }
 
 template <bool kLo>
 void launch_flash_decode_as(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
+  const auto kernel = kLo ? flash_decode_kernel : flash_decode_bf16_kernel;
   if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(dec_smem<kLo>())),
                   "attention: shared memory of ", dec_smem<kLo>(), " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(flash_decode_kernel<kLo>, dim3(n_items, yblocks), kDecThreads, dec_smem<kLo>(), a);
+  launch_kernel_whole(kernel, dim3(n_items, yblocks), kDecThreads, dec_smem<kLo>(), a);
 }
 
 template <bool kLo>
