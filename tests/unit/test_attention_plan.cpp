@@ -163,6 +163,10 @@ TEST(AttentionPlan, ManyDecodeSplitsGoToFlashInChunks) {
   EXPECT_EQ(pl.brows.size(), 64u);
   EXPECT_EQ(pl.chunk, 14);
   EXPECT_EQ(pl.items.size() / 2, pl.n_flash);
+  // Whole groups (bf16 mode's decode form) only where every group fits a chunk of 16: not here.
+  PlanArgs whole = a;
+  whole.whole_groups = true;
+  EXPECT_EQ(checked(whole).chunk, 14);
   // Without flash splits the tile kernel takes every split, one a block.
   const PlanArgs b = llama(r, true, 256ull << 20, 0);
   const Plan tile = checked(b);
@@ -228,6 +232,19 @@ TEST(AttentionPlan, DecodeSplitsTakeTheFlashKernelAboveFourBlocksAnSM) {
   const Plan pl = checked(llama(eight));
   EXPECT_EQ(pl.n_flash, 8u * 13);
   EXPECT_EQ(pl.chunk, 1);
+  // Whole groups: 8 x 8 group blocks do not fill 132 SMs twice, so still one split a block.
+  PlanArgs whole = llama(eight);
+  whole.whole_groups = true;
+  EXPECT_EQ(checked(whole).chunk, 1);
+  // 64 rows at 513 (9 splits): 512 group blocks fill them, so a block takes a row's 9 splits.
+  Rows lanes;
+  for (int s = 0; s < 64; ++s) lanes.add(s, 513 + s % 3, 1);
+  PlanArgs wide = llama(lanes);
+  EXPECT_EQ(checked(wide).chunk, 4);
+  wide.whole_groups = true;
+  const Plan rows9 = checked(wide);
+  EXPECT_EQ(rows9.chunk, 9);
+  EXPECT_EQ(rows9.n_flash, 64u);
   // 1 row at 2,049: 33 x 8 = 264 split blocks, below: the tile kernel.
   Rows one;
   one.add(0, 2049, 1);

@@ -30,6 +30,9 @@ struct PlanArgs {
   uint64_t slot_bytes;         // bytes of one split's partials for one row
   uint64_t max_partial_bytes;  // cap on all partials
   bool decode = true;          // split blocks have the flash kernel's eight-warp decode form
+  // When every split group fits one chunk of 16 and a block each fills the device twice over,
+  // a block takes a whole group (bf16 mode's decode form streams its splits two ahead).
+  bool whole_groups = false;
 };
 
 struct Plan {
@@ -63,11 +66,16 @@ inline Plan plan_attention(const PlanArgs& a) {
   // Split-mode blocks go to the flash kernel when there are more than four an SM for its decode
   // form (fewer run faster one a block on the tile kernel), eight for its one-warp form: it
   // streams a block's splits by cp.async, in chunks that leave about eight blocks an SM.
-  int64_t split_blocks = 0;
+  int64_t split_blocks = 0, split_groups = 0;
+  int most_splits = 0;
   for (int g = 0; g < ng; ++g) {
     const int s_lo = a.first[at(pl.grp[at(g)])] / kSplit,
               s_hi = a.pos[at(pl.grp[at(g) + 1] - 1)] / kSplit;
-    if (s_hi > s_lo) split_blocks += static_cast<int64_t>(s_hi - s_lo + 1) * a.yblocks;
+    if (s_hi > s_lo) {
+      split_blocks += static_cast<int64_t>(s_hi - s_lo + 1) * a.yblocks;
+      split_groups += a.yblocks;
+      most_splits = std::max(most_splits, s_hi - s_lo + 1);
+    }
   }
   const int64_t target = 8 * static_cast<int64_t>(a.sms);
   const bool flash_split =
@@ -77,6 +85,8 @@ inline Plan plan_attention(const PlanArgs& a) {
     pl.chunk = a.flash_split > 0
                    ? a.flash_split
                    : static_cast<int>(std::clamp<int64_t>(split_blocks / target, 1, 16));
+  if (flash_split && a.flash_split < 0 && a.whole_groups && most_splits <= 16 && split_groups >= 2 * static_cast<int64_t>(a.sms))
+    pl.chunk = std::max(pl.chunk, most_splits);
   pl.part_off.assign(at(a.rows), 0);
   std::vector<int32_t> whole, splits;
   for (int g = ng - 1; g >= 0; --g) {

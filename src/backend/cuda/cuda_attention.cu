@@ -499,7 +499,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
   Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks, sms,
                             flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
-                            kMaxPartialBytes, flash_decode_on()});
+                            kMaxPartialBytes, flash_decode_on(), matmul_input() == MatmulInput::BF16});
   const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
