@@ -16,6 +16,7 @@ ProcessMemory process_memory() {
     unsigned long long kb = 0;
     if (std::sscanf(line, "VmRSS: %llu kB", &kb) == 1) m.rss_bytes = kb * 1024;
     if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) m.peak_rss_bytes = kb * 1024;
+    if (std::sscanf(line, "RssAnon: %llu kB", &kb) == 1) m.anon_bytes = kb * 1024;
   }
   std::fclose(f);
   return m;

@@ -7,6 +7,7 @@ namespace tf {
 struct ProcessMemory {
   uint64_t rss_bytes = 0;
   uint64_t peak_rss_bytes = 0;
+  uint64_t anon_bytes = 0;  // resident anonymous memory: RSS less mapped files and shared memory
 };
 
 ProcessMemory process_memory();

@@ -49,4 +49,15 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
+std::string plan_host_memory(const HostPlanInput& in) {
+  const uint64_t lanes = in.per_lane_bytes * static_cast<uint64_t>(in.lanes);
+  const uint64_t need = in.footprint + in.host_cache_bytes + in.state_cache_bytes + in.request_bytes + lanes;
+  const std::string parts = cat("footprint ", format_bytes(in.footprint), " + host cache ", format_bytes(in.host_cache_bytes),
+                                " + kept recurrent states ", format_bytes(in.state_cache_bytes), " + request bodies ",
+                                format_bytes(in.request_bytes), " + ", in.lanes, " lanes x ", format_bytes(in.per_lane_bytes));
+  TF_CHECK(need <= in.limit, "memory: host memory of ", format_bytes(need), " (", parts, ") passes the host limit of ",
+           format_bytes(in.limit), "; use a smaller --host-cache-gib, fewer lanes (--parallel) or a shorter --context");
+  return cat("host memory ", format_bytes(need), " of ", format_bytes(in.limit), " at most: ", parts);
+}
+
 }  // namespace tf

@@ -14,7 +14,7 @@ struct MemoryPlanInput {
   uint64_t page_bytes = 1;      // one KV page, every layer, K and V
   int64_t requested_cache_bytes = -1;  // --prompt-cache-gib; -1 when not given
   bool over_cap = false;               // --prompt-cache-over-cap
-  uint64_t host_cache_bytes = 0;       // host tier, counted against the same limit on the CPU
+  uint64_t host_cache_bytes = 0;       // host tier: on the CPU it shares the limit (a GPU plans it apart)
 };
 
 struct MemoryPlan {
@@ -28,6 +28,20 @@ struct MemoryPlan {
 // Throws tf::Error naming the numbers when the lanes alone do not fit the limit, or when an
 // explicit cache size passes the budget without over_cap.
 MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+// What a server computing on a GPU adds to host memory as it runs, against a share of the RAM.
+struct HostPlanInput {
+  uint64_t limit = 0;              // host bytes the process may use
+  uint64_t footprint = 0;          // anonymous memory at startup (mapped weight files are not counted)
+  uint64_t host_cache_bytes = 0;   // --host-cache-gib
+  uint64_t state_cache_bytes = 0;  // kept recurrent states of cached prompts
+  uint64_t request_bytes = 0;      // request bodies being received and queued
+  uint64_t per_lane_bytes = 0;     // a lane's request state at the full window
+  int lanes = 1;
+};
+
+// Throws tf::Error naming the numbers when they pass the limit; else the line for the startup log.
+std::string plan_host_memory(const HostPlanInput& in);
 
 std::string format_bytes(uint64_t bytes);
 

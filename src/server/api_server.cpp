@@ -33,6 +33,9 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
+// Host memory the process may use: the CPU's plan limit, and a GPU server's host-side one.
+uint64_t host_limit() { return static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes())); }
+
 }  // namespace
 
 ApiServer::ApiServer(ServeOptions opt)
@@ -84,13 +87,6 @@ void ApiServer::load() {
   log_info(plan_.note);
   eo.cache_pages = plan_.cache_pages;
   eo.host_cache_bytes = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
-  if (model_->state_floats() > 0 && backend_->device_memory_total() > 0) {
-    // On a GPU the kept recurrent states live in host memory: one per cached chunk, within a quarter of RAM.
-    const uint64_t marks = static_cast<uint64_t>(eo.cache_pages) * static_cast<uint64_t>(eo.page_size) /
-                           static_cast<uint64_t>(eo.chunk);
-    eo.state_cache_bytes = std::max<uint64_t>(1, std::min<uint64_t>(marks * static_cast<uint64_t>(model_->state_floats()) *
-                                                                     sizeof(float), total_ram_bytes() / 4));
-  }
   engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
   engine_thread_ = std::thread([this] { engine_loop(); });
   work_ = std::make_unique<WorkQueue>(std::max(1, opt_.request_threads), static_cast<size_t>(std::max(1, opt_.max_queue)));
@@ -127,7 +123,7 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   if (device_total > 0) warm_up_rounds(*model_, *backend_, eo.lanes, eo.chunk, eo.page_size, ctx);
   // On a GPU the plan covers device memory; on the CPU the process's RAM.
   in.limit = device_total > 0 ? static_cast<uint64_t>(opt_.memory_fraction * static_cast<double>(device_total))
-                              : static_cast<uint64_t>(0.7 * static_cast<double>(total_ram_bytes()));
+                              : host_limit();
   in.footprint = device_total > 0 ? backend_->device_bytes_in_use() + backend_->round_growth_bound()
                                   : process_memory().rss_bytes;
   const uint64_t kv_page_bytes = 2ull * static_cast<uint64_t>(std::max(1, model_->n_kv_layers())) * eo.page_size *
@@ -151,8 +147,29 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   in.lanes = eo.lanes;
   in.requested_cache_bytes = opt_.prompt_cache_gib < 0 ? -1 : static_cast<int64_t>(opt_.prompt_cache_gib * static_cast<double>(1ull << 30));
   in.over_cap = opt_.prompt_cache_over_cap;
-  in.host_cache_bytes = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
-  return plan_memory(in);
+  const uint64_t host_cache = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
+  // The host tier lives in host memory: the CPU's limit, or apart from a GPU's.
+  in.host_cache_bytes = device_total > 0 ? 0 : host_cache;
+  MemoryPlan p = plan_memory(in);
+  if (device_total == 0) return p;
+  if (model_->state_floats() > 0) {
+    // On a GPU the kept recurrent states live in host memory: one per cached chunk, within a quarter of RAM.
+    const uint64_t marks = static_cast<uint64_t>(p.cache_pages) * static_cast<uint64_t>(eo.page_size) /
+                           static_cast<uint64_t>(eo.chunk);
+    eo.state_cache_bytes = std::max<uint64_t>(1, std::min<uint64_t>(marks * state_bytes, total_ram_bytes() / 4));
+  }
+  HostPlanInput h;
+  h.limit = host_limit();
+  h.footprint = process_memory().anon_bytes;
+  h.host_cache_bytes = host_cache;
+  h.state_cache_bytes = eo.state_cache_bytes;
+  h.request_bytes = opt_.max_queue_bytes + opt_.http.max_body_bytes_in_flight;
+  // A lane's request state (body, token lists, JSON: about 64 bytes a token), its vocabulary buffers, a MiB of slack.
+  h.per_lane_bytes = 64ull * static_cast<uint64_t>(ctx) + 4ull * sizeof(float) * static_cast<uint64_t>(model_->vocab_size()) +
+                     (1ull << 20);
+  h.lanes = eo.lanes;
+  p.note += "; " + plan_host_memory(h);
+  return p;
 }
 
 void ApiServer::engine_loop() {

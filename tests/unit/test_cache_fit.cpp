@@ -71,4 +71,30 @@ TEST(CacheFit, ExplicitCacheAboveTheCapNamesTheNumbers) {
   EXPECT_EQ(plan_memory(in).cache_pages, 300);
 }
 
+// A GPU server's host memory: the host tier, kept states, request bodies and lanes against RAM.
+TEST(CacheFit, HostMemoryOfAGpuServerCountsItsParts) {
+  HostPlanInput in;
+  in.limit = 1000 * MiB;
+  in.footprint = 100 * MiB;
+  in.host_cache_bytes = 400 * MiB;
+  in.state_cache_bytes = 50 * MiB;
+  in.request_bytes = 100 * MiB;
+  in.per_lane_bytes = 10 * MiB;
+  in.lanes = 4;
+  const std::string note = plan_host_memory(in);
+  EXPECT_NE(note.find("host memory 690.0 MiB"), std::string::npos) << note;
+  in.lanes = 36;  // 1010 MiB
+  try {
+    plan_host_memory(in);
+    FAIL() << "1010 MiB passed a limit of 1000";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("--host-cache-gib"), std::string::npos) << w;
+    EXPECT_NE(w.find("host cache 400.0 MiB"), std::string::npos) << w;
+    EXPECT_NE(w.find("host limit of 1000.0 MiB"), std::string::npos) << w;
+  }
+  in.lanes = 35;  // exactly the limit
+  EXPECT_NO_THROW(plan_host_memory(in));
+}
+
 }  // namespace tf
