@@ -308,7 +308,7 @@ constexpr size_t dec_smem() {
          2 * kSplit * sizeof(int64_t);
 }
 
-// What a decode block's warps share: its item, its pairs' key ranges, where the scores go.
+// What a decode block's threads know: its item, their lane, their two pairs' key ranges.
 struct Dec {
   Item it;
   int warp, lane, gq, tq, hd, hdp;
