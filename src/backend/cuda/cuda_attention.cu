@@ -88,8 +88,8 @@ __device__ __forceinline__ void stage_split(float* dst, int stride, const void* 
           x = *reinterpret_cast<const float4*>(row);
         } else {
           const uint2 u = *reinterpret_cast<const uint2*>(row);
-          x = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                          __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+          const float2 lo = kv_get2(u.x), hi = kv_get2(u.y);
+          x = make_float4(lo.x, lo.y, hi.x, hi.y);
         }
       } else {
         x.x = left > 0 ? kv_get(row[0]) : 0.0f;

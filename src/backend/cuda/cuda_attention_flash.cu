@@ -93,10 +93,9 @@ __device__ __forceinline__ void widen_tile(float* dst, const uint16_t* src, int 
   for (int key = key0; key < kSplit; key += kstep) {
     const uint4 u = *reinterpret_cast<const uint4*>(src + key * kKs16 + d0);
     float4* o = reinterpret_cast<float4*>(dst + key * kKs + d0);
-    const auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
-    const auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
-    o[0] = make_float4(lo(u.x), hi(u.x), lo(u.y), hi(u.y));
-    o[1] = make_float4(lo(u.z), hi(u.z), lo(u.w), hi(u.w));
+    const float2 x = kv_get2(u.x), y = kv_get2(u.y), z = kv_get2(u.z), w = kv_get2(u.w);
+    o[0] = make_float4(x.x, x.y, y.x, y.y);
+    o[1] = make_float4(z.x, z.y, w.x, w.y);
   }
 }
 

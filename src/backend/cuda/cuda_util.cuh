@@ -206,6 +206,10 @@ __device__ __forceinline__ void kv_put(float* p, float x) { *p = x; }
 __device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float kv_get(float x) { return x; }
 __device__ __forceinline__ float kv_get(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+// The two bf16 values packed in w, the lower half first, widened.
+__device__ __forceinline__ float2 kv_get2(uint32_t w) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
 
 // 16 bytes by cp.async, past L1; zero-filled when !valid.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
