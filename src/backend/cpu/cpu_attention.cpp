@@ -120,8 +120,8 @@ void CpuBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Tens
         rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])]
                       [static_cast<size_t>(pos / kv.page_size)];
     const int slot = pos % kv.page_size;
-    kv.write_row(layer, page, slot, false, 0, width, k.row(r));
-    kv.write_row(layer, page, slot, true, 0, width, v.row(r));
+    kv.write_row(layer, page, slot, false, k.row(r));
+    kv.write_row(layer, page, slot, true, v.row(r));
   }
 }
 

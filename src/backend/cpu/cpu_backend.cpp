@@ -70,20 +70,23 @@ CpuKv::~CpuKv() {
 }
 
 void CpuKv::read_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, float* out) const {
+  const uint8_t* row = bytes_at(layer, page, slot, v) + col * value_bytes;
   if (!bf16()) {
-    std::memcpy(out, (v ? v_at(layer, page, slot) : k_at(layer, page, slot)) + col, static_cast<size_t>(n) * sizeof(float));
+    std::memcpy(out, row, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  const uint16_t* src = (v ? v16_at(layer, page, slot) : k16_at(layer, page, slot)) + col;
+  const auto* src = reinterpret_cast<const uint16_t*>(row);
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
 }
 
-void CpuKv::write_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, const float* in) const {
+void CpuKv::write_row(int layer, int page, int slot, bool v, const float* in) const {
+  const int64_t n = static_cast<int64_t>(kv_heads) * head_dim;
+  uint8_t* row = bytes_at(layer, page, slot, v);
   if (!bf16()) {
-    std::memcpy((v ? v_at(layer, page, slot) : k_at(layer, page, slot)) + col, in, static_cast<size_t>(n) * sizeof(float));
+    std::memcpy(row, in, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  uint16_t* dst = (v ? v16_at(layer, page, slot) : k16_at(layer, page, slot)) + col;
+  auto* dst = reinterpret_cast<uint16_t*>(row);
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(in[i]);
 }
 

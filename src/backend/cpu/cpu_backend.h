@@ -26,20 +26,17 @@ class CpuKv : public KvStorage {
   ~CpuKv() override;
   uint64_t bytes() const override { return 2 * elems_ * static_cast<uint64_t>(value_bytes); }
   bool bf16() const { return value_bytes == 2; }
-  // Start of the (layer, page, slot) row of kv_heads * head_dim values: floats (f32 storage)...
-  float* k_at(int layer, int page, int slot) const { return static_cast<float*>(k_) + offset(layer, page, slot); }
-  float* v_at(int layer, int page, int slot) const { return static_cast<float*>(v_) + offset(layer, page, slot); }
-  // ...or bf16 bits (bf16 storage).
-  uint16_t* k16_at(int layer, int page, int slot) const { return static_cast<uint16_t*>(k_) + offset(layer, page, slot); }
-  uint16_t* v16_at(int layer, int page, int slot) const { return static_cast<uint16_t*>(v_) + offset(layer, page, slot); }
-  // The bytes of K (v false) or V from row (layer, page, slot) on.
+  // The bytes of K (v false) or V from row (layer, page, slot) on: floats or bf16 bits.
   uint8_t* bytes_at(int layer, int page, int slot, bool v) const {
     return static_cast<uint8_t*>(v ? v_ : k_) + offset(layer, page, slot) * static_cast<uint64_t>(value_bytes);
   }
+  // Start of the (layer, page, slot) row of kv_heads * head_dim floats (f32 storage).
+  float* k_at(int layer, int page, int slot) const { return reinterpret_cast<float*>(bytes_at(layer, page, slot, false)); }
+  float* v_at(int layer, int page, int slot) const { return reinterpret_cast<float*>(bytes_at(layer, page, slot, true)); }
   // n values from column col of row (layer, page, slot) of K (v false) or V, as floats.
   void read_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, float* out) const;
-  // Stores n floats at column col of row (layer, page, slot) of K or V, rounded when bf16.
-  void write_row(int layer, int page, int slot, bool v, int64_t col, int64_t n, const float* in) const;
+  // Stores row (layer, page, slot) of K or V from its floats, rounded when bf16.
+  void write_row(int layer, int page, int slot, bool v, const float* in) const;
 
  private:
   uint64_t offset(int layer, int page, int slot) const {
