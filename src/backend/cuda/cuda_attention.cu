@@ -5,16 +5,17 @@
 // those holding any of its keys. Products run on tensor cores in tf32: x ~ big + small with
 // big = x cut to tf32 (low 13 mantissa bits cleared) and small = (x - big) cut the same way; a
 // k8 step of a product adds small*big, then big*small, then big*big to its f32 accumulator
-// (mma m16n8k8). With --matmul-input bf16 each operand is instead rounded to bf16 (exact in tf32)
-// and a k8 step is that one product; K and V are stored rounded (a pool of bf16 values), q is
-// rounded as it is staged, and the weights p_j below as they are made, so l_s sums what the V
-// product takes. Within split s:
-// score_j = that product over dims in steps of 8 in order (dims past head_dim are 0), times
-// scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
+// (mma m16n8k8). With --matmul-input bf16 each operand is instead rounded to bf16 and a step is
+// one bf16 product of 16 (mma m16n8k16, f32 accumulate); K and V are stored rounded (a pool of
+// bf16 values), q is rounded as it is staged, and the weights p_j below as they are made, so l_s
+// sums what the V product takes. Within split s:
+// score_j = that product over dims in steps of 8 (bf16: 16) in order (dims past head_dim are 0),
+// times scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
 // scores; p_j = expf(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7
 // in order, (p_{8n+2t} + p_{8n+2t+1}), then the quad's xor butterfly (1, then 2) adds the four;
 // acc_s[d] = the product of p and v over key steps n = 0..7 in order (keys 8n + 2t and
-// 8n + 2t + 1 in A slots t and t + 4), from 0. Splits are folded in split order from the row's first:
+// 8n + 2t + 1 in A slots t and t + 4; bf16: steps j = 0..3 of keys 16j..16j + 15 in the k16 A
+// fragment's order), from 0. Splits are folded in split order from the row's first:
 // m' = max(m, m_s), a = expf(m - m'), b = expf(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
 // out = acc / l + 0. An element of an mma product depends only on its own row and column, and a
 // masked key adds an exact zero (its weight is 0 and its value finite), so the bits depend only
@@ -151,15 +152,29 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       __syncthreads();
       stage_split<kLo>(kvs, kKs, a.k, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
-      for (int kk = 0; kk < cw; kk += 8) {
-        uint32_t bb[2], bs[2];
-        const float* kr = kvs + (8 * warp + gq) * kKs + kk + tq;
-        split_tf32<kLo>(kr[0], bb[0], bs[0]);
-        split_tf32<kLo>(kr[4], bb[1], bs[1]);
-        uint32_t ab[MT][4], as[MT][4];
+      if constexpr (kLo) {
+        for (int kk = 0; kk < cw; kk += 8) {
+          uint32_t bb[2], bs[2];
+          const float* kr = kvs + (8 * warp + gq) * kKs + kk + tq;
+          split_tf32<kLo>(kr[0], bb[0], bs[0]);
+          split_tf32<kLo>(kr[4], bb[1], bs[1]);
+          uint32_t ab[MT][4], as[MT][4];
 #pragma unroll
-        for (int t = 0; t < MT; ++t) load_a<kLo>(qs + 16 * t * qst + d0 + kk, qst, lane, ab[t], as[t]);
-        mma3_shared_b<kLo, MT>(sc, ab, as, bb, bs);
+          for (int t = 0; t < MT; ++t) load_a<kLo>(qs + 16 * t * qst + d0 + kk, qst, lane, ab[t], as[t]);
+          mma3_shared_b<kLo, MT>(sc, ab, as, bb, bs);
+        }
+      } else {
+        for (int kk = 0; kk < cw; kk += 16) {
+          const float* kr = kvs + (8 * warp + gq) * kKs + kk + 2 * tq;
+          const float2 k0 = *reinterpret_cast<const float2*>(kr), k1 = *reinterpret_cast<const float2*>(kr + 8);
+          const uint32_t b0 = pack_bf16(k0.x, k0.y), b1 = pack_bf16(k1.x, k1.y);
+#pragma unroll
+          for (int t = 0; t < MT; ++t) {
+            uint32_t qa[4];
+            load_a16(qs + 16 * t * qst + d0 + kk, qst, lane, qa);
+            mma_k16(sc[t], qa, b0, b1);
+          }
+        }
       }
     }
 #pragma unroll
@@ -214,22 +229,31 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       stage_split<kLo>(kvs, kKs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
       __syncthreads();
 #pragma unroll
-      for (int kk = 0; kk < kSplit; kk += 8) {
-        // A slots t and t + 4 take keys kk + 2t and kk + 2t + 1, as the flash kernel's registers.
+      for (int kk = 0; kk < kSplit; kk += kLo ? 8 : 16) {
+        // f32: A slots t and t + 4 take keys kk + 2t and kk + 2t + 1, as the flash kernel's
+        // registers; bf16: the k16 A fragment of keys kk..kk + 15.
         uint32_t ab[4], as[4];
-        const float* pa = ps + (16 * pv_mt + gq) * kPs + kk + 2 * tq;
-        const float2 w0 = *reinterpret_cast<const float2*>(pa);
-        const float2 w1 = *reinterpret_cast<const float2*>(pa + 8 * kPs);
-        split_a<kLo>(w0.x, w1.x, w0.y, w1.y, ab, as);
+        if constexpr (kLo) {
+          const float* pa = ps + (16 * pv_mt + gq) * kPs + kk + 2 * tq;
+          const float2 w0 = *reinterpret_cast<const float2*>(pa);
+          const float2 w1 = *reinterpret_cast<const float2*>(pa + 8 * kPs);
+          split_a<kLo>(w0.x, w1.x, w0.y, w1.y, ab, as);
+        } else {
+          load_a16(ps + 16 * pv_mt * kPs + kk, kPs, lane, ab);
+        }
 #pragma unroll
         for (int j = 0; j < kJ; ++j) {
           const int nt = (warp + 8 * j) / MT, dn = 8 * nt - d0;
           if (nt >= ntiles || dn < 0 || dn >= cw) continue;
-          uint32_t bb[2], bs[2];
           const float* vr = kvs + (kk + 2 * tq) * kKs + dn + gq;
-          split_tf32<kLo>(vr[0], bb[0], bs[0]);
-          split_tf32<kLo>(vr[kKs], bb[1], bs[1]);
-          mma3<kLo>(as_[j], ab, as, bb, bs);
+          if constexpr (kLo) {
+            uint32_t bb[2], bs[2];
+            split_tf32<kLo>(vr[0], bb[0], bs[0]);
+            split_tf32<kLo>(vr[kKs], bb[1], bs[1]);
+            mma3<kLo>(as_[j], ab, as, bb, bs);
+          } else {
+            mma_k16(as_[j], ab, pack_bf16(vr[0], vr[kKs]), pack_bf16(vr[8 * kKs], vr[9 * kKs]));
+          }
         }
       }
     }
@@ -470,7 +494,9 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int m = static_cast<int>(q.rows);
   if (m == 0) return;
   TF_CHECK(q.rows <= 65535, "attention: ", q.rows, " rows is more than one call takes");
-  const int hd = p.head_dim, hd_pad = (hd + 7) / 8 * 8, nc = (hd_pad + kChunk - 1) / kChunk;
+  // bf16 mode's products step 16 dims at a time.
+  const int hd = p.head_dim, pad = matmul_input() == MatmulInput::BF16 ? 16 : 8;
+  const int hd_pad = (hd + pad - 1) / pad * pad, nc = (hd_pad + kChunk - 1) / kChunk;
   const int group = p.n_heads / p.n_kv_heads, pairs = pairs_per_block(nc);
   int hpb = 1;
   const int most = attn_hpb_cap() > 0 ? std::min(attn_hpb_cap(), pairs) : pairs;

@@ -33,7 +33,7 @@ struct Args {
   float* part_ml;   // [slot][head] (m, l)
   float* part_acc;  // [slot][head][head_dim]
   int page_size, kv_width, n_heads, group, head_dim;
-  int hd_pad;    // head_dim rounded up to 8
+  int hd_pad;    // head_dim rounded up to 8 (f32 mode) or 16 (bf16 mode: k16 product steps)
   int q_stride;  // staged q row stride: 4 mod 32
   int hpb;       // heads per block (a divisor of group)
   int64_t ldq;
@@ -76,6 +76,46 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// bf16 mode's product step: m16n8k16 on bf16 operands, f32 accumulate. Not volatile, as above.
+__device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats that hold bf16 values (staged through product_input, or widened from the pool) as
+// one mma operand word, lo in the low half: their top halves, exactly.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+// Four 8x8 bf16 matrices from shared memory (lane 8i + r gives row r of matrix i); trans: each
+// lane takes a column pair instead of a row pair (B fragments of row-major [k][n] tiles).
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const uint16_t* p) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const uint16_t* p) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// bf16 mode's A fragment (16 x 16, row major) from f32 rows at src (stride ld) holding bf16
+// values: rows g, g + 8 at columns 2t, 2t + 1, then 2t + 8, 2t + 9.
+__device__ __forceinline__ void load_a16(const float* src, int ld, int lane, uint32_t (&a)[4]) {
+  const float* p = src + (lane >> 2) * ld + 2 * (lane & 3);
+  const float2 x0 = *reinterpret_cast<const float2*>(p), x1 = *reinterpret_cast<const float2*>(p + 8 * ld);
+  const float2 x2 = *reinterpret_cast<const float2*>(p + 8), x3 = *reinterpret_cast<const float2*>(p + 8 * ld + 8);
+  a[0] = pack_bf16(x0.x, x0.y), a[1] = pack_bf16(x1.x, x1.y);
+  a[2] = pack_bf16(x2.x, x2.y), a[3] = pack_bf16(x3.x, x3.y);
 }
 
 template <class T>
@@ -167,19 +207,26 @@ __device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0
 template <bool kLo>
 __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
                                               float softcap, float& mx, float& lsum) {
+  // Every key takes the same operations and the mask picks after, so no key's path branches.
+  if (softcap > 0.0f) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) x[n][e] = __fmul_rn(softcap, tanhf(__fdiv_rn(__fmul_rn(x[n][e], scale), softcap)));
+  } else {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) x[n][e] = __fmul_rn(x[n][e], scale);
+  }
   mx = -INFINITY;
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int key = 8 * n + 2 * t + e;
-      float y = -INFINITY;
-      if (key >= klo && key <= khi) {
-        y = __fmul_rn(x[n][e], scale);
-        if (softcap > 0.0f) y = __fmul_rn(softcap, tanhf(__fdiv_rn(y, softcap)));
-      }
-      x[n][e] = y;
-      mx = fmaxf(mx, y);
+      x[n][e] = key >= klo && key <= khi ? x[n][e] : -INFINITY;
+      mx = fmaxf(mx, x[n][e]);
     }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -187,7 +234,10 @@ __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, 
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) x[n][e] = x[n][e] == -INFINITY ? 0.0f : product_input<kLo>(expf(__fsub_rn(x[n][e], mx)));
+    for (int e = 0; e < 2; ++e) {
+      const float p = product_input<kLo>(expf(__fsub_rn(x[n][e], mx)));
+      x[n][e] = x[n][e] == -INFINITY ? 0.0f : p;
+    }
     const float pair = __fadd_rn(x[n][0], x[n][1]);
     sum = n == 0 ? pair : __fadd_rn(sum, pair);
   }

@@ -1,8 +1,9 @@
 // Whole-mode attention for head dims up to 128: a block of four warps holds up to 64 (row, head)
 // pairs, each warp 16 of them with their scores, weights and running sums in registers, while
 // the block streams each split's K and V tiles through shared memory by cp.async (the next tile
-// loads during this one's products). The arithmetic is the order rule of cuda_attention.cu, run
-// through the same helpers (cuda_attention.cuh) as the tile kernel, so the bits are the same.
+// loads during this one's products; bf16 mode's tiles stay bf16 and reach the k16 products by
+// ldmatrix). The arithmetic is the order rule of cuda_attention.cu, run through the same helpers
+// (cuda_attention.cuh) as the tile kernel, so the bits are the same.
 // Split-mode blocks of at most 16 pairs (decode rows) run a second kernel whose eight warps share
 // the one m tile (flash_decode_kernel).
 #include <atomic>
@@ -15,11 +16,14 @@ namespace tf::cuda::attn {
 namespace {
 
 constexpr int kWarps = kFlashPairs / 16, kThreads = 32 * kWarps, kPairs = kFlashPairs;
-// f32 mode: q, K and V tiles; bf16 mode: q, the f32 tile, bf16 K and V tiles.
+// f32 mode: q, K and V tiles; bf16 mode: q, then two stages of bf16 K and V tiles. Both: two
+// splits' slots.
 template <bool kLo>
 constexpr size_t flash_smem() {
-  return (static_cast<size_t>(kPairs + (kLo ? 2 : 1) * kSplit) * kKs) * sizeof(float) +
-         (kLo ? 0 : 2 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t)) + 2 * kSplit * sizeof(int64_t);
+  return static_cast<size_t>(kPairs) * kKs * sizeof(float) +
+         (kLo ? 2 * static_cast<size_t>(kSplit) * kKs * sizeof(float)
+              : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t)) +
+         2 * kSplit * sizeof(int64_t);
 }
 
 // A block's item: group g's rows times hpb heads of kv head blockIdx.y / (group / hpb), over
@@ -84,144 +88,188 @@ __device__ __forceinline__ void zero_v_tail(E* vs, int ld, int hdp) {
     vs[(e / (kChunk - hdp)) * ld + hdp + e % (kChunk - hdp)] = E(0);
 }
 
-// bf16 mode: widens a staged bf16 tile src[key][0..hdp) (stride kKs16) into f32 rows dst (stride
-// kKs), once for every warp that reads it, eight values a step, by T threads.
-template <int T>
-__device__ __forceinline__ void widen_tile(float* dst, const uint16_t* src, int hdp) {
-  const int units = hdp / 8, kstep = T / units, d0 = 8 * (static_cast<int>(threadIdx.x) % units);
-  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
-  for (int key = key0; key < kSplit; key += kstep) {
-    const uint4 u = *reinterpret_cast<const uint4*>(src + key * kKs16 + d0);
-    float4* o = reinterpret_cast<float4*>(dst + key * kKs + d0);
-    const float2 x = kv_get2(u.x), y = kv_get2(u.y), z = kv_get2(u.z), w = kv_get2(u.w);
-    o[0] = make_float4(x.x, x.y, y.x, y.y);
-    o[1] = make_float4(z.x, z.y, w.x, w.y);
+// What a flash warp keeps of its two pairs (rows gq and gq + 8 of its m tile) across splits.
+struct FlashPairs {
+  int pfirst[2], ppos[2];
+  float m[2], l[2];
+  bool started[2];
+};
+
+__device__ __forceinline__ FlashPairs flash_pairs(const Args& a, const Item& it, int warp, int gq) {
+  FlashPairs f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h, row = it.r0 + (p < it.P ? p / a.hpb : 0);
+    f.pfirst[h] = a.row_first[row];
+    f.ppos[h] = p < it.P ? a.row_pos[row] : -1;
+    f.m[h] = f.l[h] = 0.0f;
+    f.started[h] = false;
+  }
+  return f;
+}
+
+// How a split's products join a pair's state: mode 0 (no keys in the split), 1 (taken as they
+// are: the first split, or a partial), 2 (folded by fa, fb).
+struct SplitJoin {
+  int mode[2] = {0, 0};
+  float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
+};
+
+// Split s's softmax of the warp's scores sc (8 key tiles' C fragments), in place: the weights,
+// and each pair's (max, sum) written as a partial (part) or folded into f.
+template <bool kLo>
+__device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it, FlashPairs& f, float (&sc)[8][4],
+                                                   int warp, int gq, int tq, int s, bool part) {
+  SplitJoin j;
+  const int base = s * kSplit;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int klo = max(f.pfirst[h], base) - base, khi = min(f.ppos[h], base + kSplit - 1) - base;
+    float x[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
+    float mx, lsum;
+    split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
+    if (klo > khi) continue;
+    if (part) {
+      const int p = 16 * warp + gq + 8 * h;
+      if (tq == 0) {
+        const int64_t slot = part_slot(a, it.r0 + p / a.hpb, it.h0 + p % a.hpb, s);
+        a.part_ml[2 * slot] = mx;
+        a.part_ml[2 * slot + 1] = lsum;
+      }
+      j.mode[h] = 1;
+    } else if (!f.started[h]) {
+      f.m[h] = mx, f.l[h] = lsum, f.started[h] = true, j.mode[h] = 1;
+    } else {
+      const float mn = fmaxf(f.m[h], mx);
+      j.fa[h] = expf(__fsub_rn(f.m[h], mn));
+      j.fb[h] = expf(__fsub_rn(mx, mn));
+      f.l[h] = fold(f.l[h], j.fa[h], lsum, j.fb[h]);
+      f.m[h] = mn, j.mode[h] = 2;
+    }
+  }
+  return j;
+}
+
+// Dim tiles 8 half..8 half + 7 of split s's products os into the partials (part) or the running
+// sums o.
+__device__ __forceinline__ void flash_take(const Args& a, const Item& it, const SplitJoin& j, float (&o)[16][4],
+                                           const float (&os)[8][4], int half, int warp, int gq, int tq, int s,
+                                           bool part) {
+  if (part) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (j.mode[h] == 0) continue;
+      const int p = 16 * warp + gq + 8 * h;
+      float* dst = a.part_acc + part_slot(a, it.r0 + p / a.hpb, it.h0 + p % a.hpb, s) * a.head_dim;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const int d = 8 * (8 * half + t) + 2 * tq;
+        if (d < a.head_dim) dst[d] = os[t][2 * h];
+        if (d + 1 < a.head_dim) dst[d + 1] = os[t][2 * h + 1];
+      }
+    }
+    return;
+  }
+  // One test a pair, not one an element.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (j.mode[h] == 1) {
+#pragma unroll
+      for (int t = 0; t < 8; ++t) o[8 * half + t][2 * h] = os[t][2 * h], o[8 * half + t][2 * h + 1] = os[t][2 * h + 1];
+    } else if (j.mode[h] == 2) {
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) o[8 * half + t][e] = fold(o[8 * half + t][e], j.fa[h], os[t][e], j.fb[h]);
+    }
   }
 }
 
-// f32 mode streams K and V tiles into their own f32 buffers. bf16 mode stages the pool's bf16
-// tiles (half the bytes) and widens each into one f32 buffer that K and V take in turn; its next
-// K tile loads while this split's V products run and the next V tile during the K products.
-template <bool kLo>
+// A whole-mode warp's output rows: out = o / l + 0.
+__device__ __forceinline__ void flash_out(const Args& a, const Item& it, const FlashPairs& f, const float (&o)[16][4],
+                                          int warp, int gq, int tq) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h;
+    if (p >= it.P) continue;
+    float* orow = a.out + static_cast<int64_t>(it.r0 + p / a.hpb) * a.ldq +
+                  static_cast<int64_t>(it.h0 + p % a.hpb) * a.head_dim;
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int d = 8 * t + 2 * tq;
+      if (d < a.head_dim) orow[d] = __fadd_rn(__fdiv_rn(o[t][2 * h], f.l[h]), 0.0f);
+      if (d + 1 < a.head_dim) orow[d + 1] = __fadd_rn(__fdiv_rn(o[t][2 * h + 1], f.l[h]), 0.0f);
+    }
+  }
+}
+
+// f32 mode: K and V tiles of f32 stream through their own buffers, the next K tile loading while
+// this split's V products run; products in 3xTF32.
 __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
   grid_wait();
   grid_launch_next();
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);  // [kPairs][kKs]
   float* ks = qs + kPairs * kKs;              // [kSplit][kKs]
-  float* vs = kLo ? ks + kSplit * kKs : ks;   // [kSplit][kKs] (bf16 mode: the one f32 tile)
-  auto* k16 = reinterpret_cast<uint16_t*>(ks + kSplit * kKs);  // bf16 mode: [kSplit][kKs16]
-  uint16_t* v16 = k16 + kSplit * kKs16;
-  auto* kslot = reinterpret_cast<int64_t*>(kLo ? vs + kSplit * kKs : reinterpret_cast<float*>(v16 + kSplit * kKs16));
+  float* vs = ks + kSplit * kKs;              // [kSplit][kKs]
+  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);
   // c < 0: the whole group, folded; c >= 0: its splits c * chunk.. (at most chunk), a partial each.
   const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
   const bool part = c >= 0;
   const Item it = item_of(a, g, c);
-  const int r0 = it.r0, h0 = it.h0, P = it.P, s0 = it.s0, s1 = it.s1;
+  const int s0 = it.s0, s1 = it.s1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad;
-  auto stage = [&](bool v, int buf) {
-    const int64_t* sl = kslot + buf * kSplit;
-    if constexpr (kLo) stage_tile<kThreads>(v ? vs : ks, kKs, static_cast<const float*>(v ? a.v : a.k), sl, hd, hdp);
-    else stage_tile<kThreads>(v ? v16 : k16, kKs16, static_cast<const uint16_t*>(v ? a.v : a.k), sl, hd, hdp);
-  };
+  const auto* kpool = static_cast<const float*>(a.k);
+  const auto* vpool = static_cast<const float*>(a.v);
   fill_slots<kThreads>(kslot, a, it, s0);
-  stage_q<kThreads, kLo>(qs, kKs, a, r0, h0, P, kPairs);
+  stage_q<kThreads, true>(qs, kKs, a, it.r0, it.h0, it.P, kPairs);
   zero_v_tail<kThreads>(vs, kKs, hdp);
-  // This thread's two pairs: rows gq and gq + 8 of the warp's m tile.
-  int pfirst[2], ppos[2];
-  float m[2], l[2];
-  bool started[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int p = 16 * warp + gq + 8 * h, row = r0 + (p < P ? p / a.hpb : 0);
-    pfirst[h] = a.row_first[row];
-    ppos[h] = p < P ? a.row_pos[row] : -1;
-    m[h] = l[h] = 0.0f;
-    started[h] = false;
-  }
-  const bool busy = 16 * warp < P;
+  FlashPairs f = flash_pairs(a, it, warp, gq);
+  const bool busy = 16 * warp < it.P;
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   __syncthreads();
-  stage(false, 0);
-  if constexpr (!kLo) stage(true, 0);
+  stage_tile<kThreads>(ks, kKs, kpool, kslot, hd, hdp);
   for (int s = s0; s <= s1; ++s) {
-    const int buf = (s - s0) & 1, base = s * kSplit;
-    if constexpr (kLo) stage(true, buf);
+    const int buf = (s - s0) & 1;
+    stage_tile<kThreads>(vs, kKs, vpool, kslot + buf * kSplit, hd, hdp);
     if (s < s1) fill_slots<kThreads>(kslot + (buf ^ 1) * kSplit, a, it, s + 1);
     cp_async_wait<1>();
     __syncthreads();
-    if constexpr (!kLo) {
-      widen_tile<kThreads>(ks, k16, hdp);
-      __syncthreads();
-      if (s < s1) stage(false, buf ^ 1);
-    }
     float sc[8][4];
-    int mode[2] = {0, 0};
-    float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
+    SplitJoin jn;
     if (busy) {
 #pragma unroll
       for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll 1
       for (int kk = 0; kk < hdp; kk += 8) {
         uint32_t ab[4], as[4];
-        load_a<kLo>(qs + 16 * warp * kKs + kk, kKs, lane, ab, as);
+        load_a<true>(qs + 16 * warp * kKs + kk, kKs, lane, ab, as);
 #pragma unroll
         for (int n4 = 0; n4 < 8; n4 += 4) {
           uint32_t bb[4][2], bs[4][2];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const float* kr = ks + (8 * (n4 + i) + gq) * kKs + kk + tq;
-            split_tf32<kLo>(kr[0], bb[i][0], bs[i][0]);
-            split_tf32<kLo>(kr[4], bb[i][1], bs[i][1]);
+            split_tf32<true>(kr[0], bb[i][0], bs[i][0]);
+            split_tf32<true>(kr[4], bb[i][1], bs[i][1]);
           }
-          mma3_shared_a<kLo>(*reinterpret_cast<float(*)[4][4]>(&sc[n4]), ab, as, bb, bs);
+          mma3_shared_a<true>(*reinterpret_cast<float(*)[4][4]>(&sc[n4]), ab, as, bb, bs);
         }
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int klo = max(pfirst[h], base) - base, khi = min(ppos[h], base + kSplit - 1) - base;
-        float x[8][2];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
-        float mx, lsum;
-        split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
-#pragma unroll
-        for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
-        if (klo > khi) continue;
-        if (part) {
-          const int p = 16 * warp + gq + 8 * h;
-          if (tq == 0) {
-            const int64_t slot = part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s);
-            a.part_ml[2 * slot] = mx;
-            a.part_ml[2 * slot + 1] = lsum;
-          }
-          mode[h] = 1;
-        } else if (!started[h]) {
-          m[h] = mx, l[h] = lsum, started[h] = true, mode[h] = 1;
-        } else {
-          const float mn = fmaxf(m[h], mx);
-          fa[h] = expf(__fsub_rn(m[h], mn));
-          fb[h] = expf(__fsub_rn(mx, mn));
-          l[h] = fold(l[h], fa[h], lsum, fb[h]);
-          m[h] = mn, mode[h] = 2;
-        }
-      }
+      jn = flash_softmax<true>(a, it, f, sc, warp, gq, tq, s, part);
     }
-    if constexpr (kLo) {
-      __syncthreads();
-      if (s < s1) stage(false, buf ^ 1);
-    }
+    __syncthreads();
+    if (s < s1) stage_tile<kThreads>(ks, kKs, kpool, kslot + (buf ^ 1) * kSplit, hd, hdp);
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
-    if constexpr (!kLo) {
-      widen_tile<kThreads>(vs, v16, hdp);
-      __syncthreads();
-      if (s < s1) stage(true, buf ^ 1);
-    }
     if (busy) {
       // acc_s per half of the dim tiles; A slots t and t + 4 take keys 8n + 2t and 8n + 2t + 1.
 #pragma unroll
@@ -232,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           uint32_t ab[4], as[4];
-          split_a<kLo>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+          split_a<true>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
 #pragma unroll
           for (int j4 = 0; j4 < 8; j4 += 4) {
             if (8 * (8 * half + j4) >= hdp) break;
@@ -240,53 +288,117 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const float* vr = vs + (8 * n + 2 * tq) * kKs + 8 * (8 * half + j4 + i) + gq;
-              split_tf32<kLo>(vr[0], bb[i][0], bs[i][0]);
-              split_tf32<kLo>(vr[kKs], bb[i][1], bs[i][1]);
+              split_tf32<true>(vr[0], bb[i][0], bs[i][0]);
+              split_tf32<true>(vr[kKs], bb[i][1], bs[i][1]);
             }
-            mma3_shared_a<kLo>(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
+            mma3_shared_a<true>(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
           }
         }
-        if (part) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (mode[h] == 0) continue;
-            const int p = 16 * warp + gq + 8 * h;
-            float* dst = a.part_acc + part_slot(a, r0 + p / a.hpb, h0 + p % a.hpb, s) * hd;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const int d = 8 * (8 * half + j) + 2 * tq;
-              if (d < hd) dst[d] = os[j][2 * h];
-              if (d + 1 < hd) dst[d + 1] = os[j][2 * h + 1];
-            }
-          }
-          continue;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2;
-            float& acc = o[8 * half + j][e];
-            if (mode[h] == 1) acc = os[j][e];
-            else if (mode[h] == 2) acc = fold(acc, fa[h], os[j][e], fb[h]);
-          }
+        flash_take(a, it, jn, o, os, half, warp, gq, tq, s, part);
       }
     }
     __syncthreads();
   }
-  if (!busy || part) return;
+  if (busy && !part) flash_out(a, it, f, o, warp, gq, tq);
+}
+
+// bf16 mode: a ring of two stages of bf16 K and V tiles, read by ldmatrix into k16 products (no
+// widening); split s + 2 loads into split s's stage once its products are done. q's A fragments
+// stay in registers; the scores' C fragments are the V product's A fragments as they lie.
+__global__ void __launch_bounds__(kThreads, 2) flash_bf16_kernel(Args a) {
+  grid_wait();
+  grid_launch_next();
+  constexpr int ld = kKs16;
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);                     // [kPairs][kKs]
+  auto* kb = reinterpret_cast<uint16_t*>(qs + kPairs * kKs);      // [2][kSplit][ld]
+  uint16_t* vb = kb + 2 * kSplit * ld;                             // [2][kSplit][ld]
+  auto* kslot = reinterpret_cast<int64_t*>(vb + 2 * kSplit * ld);  // [2][kSplit]
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const bool part = c >= 0;
+  const Item it = item_of(a, g, c);
+  const int s0 = it.s0, s1 = it.s1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, hdp = a.hd_pad, steps = hdp / 16;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+  auto stage = [&](int b) {
+    stage_tile<kThreads>(kb + b * kSplit * ld, ld, kpool, kslot + b * kSplit, hd, hdp);
+    stage_tile<kThreads>(vb + b * kSplit * ld, ld, vpool, kslot + b * kSplit, hd, hdp);
+  };
+  fill_slots<kThreads>(kslot, a, it, s0);
+  if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
+  stage_q<kThreads, false>(qs, kKs, a, it.r0, it.h0, it.P, kPairs);
+  FlashPairs f = flash_pairs(a, it, warp, gq);
+  const bool busy = 16 * warp < it.P;
+  float o[16][4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int p = 16 * warp + gq + 8 * h;
-    if (p >= P) continue;
-    float* orow = a.out + static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd;
+  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  __syncthreads();
+  stage(0);
+  if (s0 < s1) stage(1);
+  uint32_t qa[kChunk / 16][4];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int d = 8 * j + 2 * tq;
-      if (d < hd) orow[d] = __fadd_rn(__fdiv_rn(o[j][2 * h], l[h]), 0.0f);
-      if (d + 1 < hd) orow[d + 1] = __fadd_rn(__fdiv_rn(o[j][2 * h + 1], l[h]), 0.0f);
+  for (int k = 0; k < kChunk / 16; ++k)
+    if (k < steps) load_a16(qs + 16 * warp * kKs + 16 * k, kKs, lane, qa[k]);
+  // ldmatrix rows: lane 8i + r addresses row r of matrix i.
+  const int mi = lane >> 3, mr = lane & 7;
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    const uint16_t* kt = kb + b * kSplit * ld;
+    const uint16_t* vt = vb + b * kSplit * ld;
+    if (s < s1) cp_async_wait<2>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
+    if (busy) {
+      float sc[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+      // Key tiles n, n + 1 at once: matrices (keys 8n.., dims k..), (8n.., k + 8..), (8n + 8.., k..), (8n + 8.., k + 8..).
+#pragma unroll
+      for (int k = 0; k < kChunk / 16; ++k) {
+        if (k >= steps) break;
+#pragma unroll
+        for (int n = 0; n < 8; n += 2) {
+          uint32_t kf[4];
+          ldsm4(kf, kt + (8 * n + 8 * (mi >> 1) + mr) * ld + 16 * k + 8 * (mi & 1));
+          mma_k16(sc[n], qa[k], kf[0], kf[1]);
+          mma_k16(sc[n + 1], qa[k], kf[2], kf[3]);
+        }
+      }
+      const SplitJoin jn = flash_softmax<false>(a, it, f, sc, warp, gq, tq, s, part);
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pa[j][0] = pack_bf16(sc[2 * j][0], sc[2 * j][1]);
+        pa[j][1] = pack_bf16(sc[2 * j][2], sc[2 * j][3]);
+        pa[j][2] = pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]);
+        pa[j][3] = pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3]);
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float os[8][4];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) os[t][0] = os[t][1] = os[t][2] = os[t][3] = 0.0f;
+        // Dim tiles t, t + 1: matrices (keys 16j.., dims 8t..), (16j + 8.., 8t..), (16j.., 8t + 8..), (16j + 8.., 8t + 8..).
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int t = 0; t < 8; t += 2) {
+            if (8 * (8 * half + t) >= hdp) break;
+            uint32_t vf[4];
+            ldsm4_t(vf, vt + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (8 * half + t) + 8 * (mi >> 1));
+            mma_k16(os[t], pa[j], vf[0], vf[1]);
+            mma_k16(os[t + 1], pa[j], vf[2], vf[3]);
+          }
+        flash_take(a, it, jn, o, os, half, warp, gq, tq, s, part);
+      }
     }
+    __syncthreads();
+    if (s + 2 <= s1) stage(b);
   }
+  if (busy && !part) flash_out(a, it, f, o, warp, gq, tq);
 }
 
 // Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
@@ -328,24 +440,43 @@ __device__ __forceinline__ Dec dec_of(const Args& a) {
   return d;
 }
 
-// Warp w's scores of key tile w (K tile ks, row stride ld) to row w of xs ([pair][8 keys], row
-// stride xld). In f32 mode xs is the K tile itself: row 8w is this warp's own, read by no other.
-template <bool kLo, class E>
-__device__ __forceinline__ void dec_scores(const Dec& d, const float* qs, const E* ks, int ld, float* xs, int xld) {
-  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int kk = 0; kk < d.hdp; kk += 8) {
-    uint32_t ab[4], as[4], bb[2], bs[2];
-    load_a<kLo>(qs + kk, kKs, d.lane, ab, as);
-    const E* kr = ks + (8 * d.warp + d.gq) * ld + kk + d.tq;
-    split_tf32<kLo>(kv_get(kr[0]), bb[0], bs[0]);
-    split_tf32<kLo>(kv_get(kr[4]), bb[1], bs[1]);
-    mma3<kLo>(sw, ab, as, bb, bs);
-  }
+// Warp w's C fragment of key tile w to row w of xs ([pair][8 keys]).
+__device__ __forceinline__ void dec_put_scores(const Dec& d, const float (&sw)[4], float* xs, int xld) {
   __syncwarp();
   float* xw = xs + d.warp * xld;
   *reinterpret_cast<float2*>(xw + 8 * d.gq + 2 * d.tq) = make_float2(sw[0], sw[1]);
   *reinterpret_cast<float2*>(xw + 8 * (d.gq + 8) + 2 * d.tq) = make_float2(sw[2], sw[3]);
+}
+
+// Warp w's scores of key tile w (K tile ks, row stride ld) to row w of xs ([pair][8 keys], row
+// stride xld). In f32 mode xs is the K tile itself: row 8w is this warp's own, read by no other.
+__device__ __forceinline__ void dec_scores(const Dec& d, const float* qs, const float* ks, int ld, float* xs, int xld) {
+  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int kk = 0; kk < d.hdp; kk += 8) {
+    uint32_t ab[4], as[4], bb[2], bs[2];
+    load_a<true>(qs + kk, kKs, d.lane, ab, as);
+    const float* kr = ks + (8 * d.warp + d.gq) * ld + kk + d.tq;
+    split_tf32<true>(kr[0], bb[0], bs[0]);
+    split_tf32<true>(kr[4], bb[1], bs[1]);
+    mma3<true>(sw, ab, as, bb, bs);
+  }
+  dec_put_scores(d, sw, xs, xld);
+}
+
+// bf16 mode: the same scores in k16 steps, q's A fragments qa from registers, K's B fragments
+// read as words of the bf16 tile.
+__device__ __forceinline__ void dec_scores16(const Dec& d, const uint32_t (&qa)[kChunk / 16][4], const uint16_t* ks,
+                                             int ld, float* xs, int xld) {
+  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint16_t* kr = ks + (8 * d.warp + d.gq) * ld + 2 * d.tq;
+#pragma unroll
+  for (int k = 0; k < kChunk / 16; ++k) {
+    if (16 * k >= d.hdp) break;
+    mma_k16(sw, qa[k], *reinterpret_cast<const uint32_t*>(kr + 16 * k),
+            *reinterpret_cast<const uint32_t*>(kr + 16 * k + 8));
+  }
+  dec_put_scores(d, sw, xs, xld);
 }
 
 // Split s's softmax: warp h turns pairs gq + 8h's scores in xs into weights in place, once for
@@ -378,10 +509,26 @@ __device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* 
   }
 }
 
+// Dim tiles 2w and 2w + 1 of split s's products os into the pairs' partials.
+__device__ __forceinline__ void dec_put_pv(const Args& a, const Dec& d, const float (&os)[2][4], int s,
+                                           const bool (&on)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!on[h]) continue;
+    const int p = d.gq + 8 * h;
+    float* dst = a.part_acc + part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s) * d.hd;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int dd = 8 * (2 * d.warp + j) + 2 * d.tq;
+      if (dd < d.hd) dst[dd] = os[j][2 * h];
+      if (dd + 1 < d.hd) dst[dd + 1] = os[j][2 * h + 1];
+    }
+  }
+}
+
 // Split s's products of the weights in xs and V tile vs for dim tiles 2w and 2w + 1 (past hd_pad
 // they read zeros and are not written), into the pairs' partials.
-template <bool kLo, class E>
-__device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float* xs, int xld, const E* vs, int ld,
+__device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float* xs, int xld, const float* vs, int ld,
                                        int s, const bool (&on)[2]) {
   float sc[8][4];
 #pragma unroll
@@ -398,28 +545,47 @@ __device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float*
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     uint32_t ab[4], as[4];
-    split_a<kLo>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+    split_a<true>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
     uint32_t bb[2][2], bs[2][2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const E* vr = vs + (8 * n + 2 * d.tq) * ld + 8 * (2 * d.warp + i) + d.gq;
-      split_tf32<kLo>(kv_get(vr[0]), bb[i][0], bs[i][0]);
-      split_tf32<kLo>(kv_get(vr[ld]), bb[i][1], bs[i][1]);
+      const float* vr = vs + (8 * n + 2 * d.tq) * ld + 8 * (2 * d.warp + i) + d.gq;
+      split_tf32<true>(vr[0], bb[i][0], bs[i][0]);
+      split_tf32<true>(vr[ld], bb[i][1], bs[i][1]);
     }
-    mma3_shared_a<kLo>(os, ab, as, bb, bs);
+    mma3_shared_a<true>(os, ab, as, bb, bs);
   }
+  dec_put_pv(a, d, os, s, on);
+}
+
+// bf16 mode: the same products in k16 steps (keys 16j..16j + 15), the weights' A fragments packed
+// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16).
+__device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const float* xs, int xld, const uint16_t* vs,
+                                         int ld, int s, const bool (&on)[2]) {
+  uint32_t pa[4][4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!on[h]) continue;
-    const int p = d.gq + 8 * h;
-    float* dst = a.part_acc + part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s) * d.hd;
+  for (int j = 0; j < 4; ++j) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int dd = 8 * (2 * d.warp + j) + 2 * d.tq;
-      if (dd < d.hd) dst[dd] = os[j][2 * h];
-      if (dd + 1 < d.hd) dst[dd + 1] = os[j][2 * h + 1];
+    for (int i = 0; i < 2; ++i) {
+      const float* xr = xs + (2 * j + i) * xld + 2 * d.tq;
+      const float2 u = *reinterpret_cast<const float2*>(xr + 8 * d.gq);
+      const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (d.gq + 8));
+      pa[j][2 * i] = pack_bf16(u.x, u.y), pa[j][2 * i + 1] = pack_bf16(w.x, w.y);
     }
   }
+  if (16 * d.warp >= d.hdp) return;
+  float os[2][4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+  const int mi = d.lane >> 3, mr = d.lane & 7;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t vf[4];
+    ldsm4_t(vf, vs + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (2 * d.warp) + 8 * (mi >> 1));
+    mma_k16(os[0], pa[j], vf[0], vf[1]);
+    mma_k16(os[1], pa[j], vf[2], vf[3]);
+  }
+  dec_put_pv(a, d, os, s, on);
 }
 
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
@@ -455,14 +621,14 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
       cp_async_wait<1>();
     }
     __syncthreads();
-    dec_scores<true>(d, qs, ks, kKs, ks, 8 * kKs);
+    dec_scores(d, qs, ks, kKs, ks, 8 * kKs);
     __syncthreads();
     bool on[2];
     dec_softmax<true>(a, d, ks, 8 * kKs, s, on);
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
-    dec_pv<true>(a, d, ks, 8 * kKs, vs, kKs, s, on);
+    dec_pv(a, d, ks, 8 * kKs, vs, kKs, s, on);
     __syncthreads();
   }
 }
@@ -493,11 +659,13 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
   fill_slots<kDecThreads>(kslot, a, d.it, s0);
   if (s0 < s1) fill_slots<kDecThreads>(kslot + kSplit, a, d.it, s0 + 1);
   stage_q<kDecThreads, false>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
-  zero_v_tail<kDecThreads>(vb, ld, d.hdp);
-  zero_v_tail<kDecThreads>(vb + kSplit * ld, ld, d.hdp);
   __syncthreads();
   stage(0);
   if (s0 < s1) stage(1);
+  uint32_t qa[kChunk / 16][4];
+#pragma unroll
+  for (int k = 0; k < kChunk / 16; ++k)
+    if (16 * k < d.hdp) load_a16(qs + 16 * k, kKs, d.lane, qa[k]);
   for (int s = s0; s <= s1; ++s) {
     const int b = (s - s0) & 1;
     if (s < s1) cp_async_wait<2>();
@@ -509,7 +677,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
     const int32_t pk = (s + 2) * kSplit + j;
     const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
     const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
-    dec_scores<false>(d, qs, kb + b * kSplit * ld, ld, xs, kKs);
+    dec_scores16(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
     if (fill)
       kslot[b * kSplit + j] =
           in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
@@ -517,7 +685,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
     bool on[2];
     dec_softmax<false>(a, d, xs, kKs, s, on);
     __syncthreads();
-    dec_pv<false>(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on);
+    dec_pv16(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on);
     __syncthreads();
     if (s + 2 <= s1) stage(b);
   }
@@ -539,13 +707,14 @@ void launch_flash_decode_as(const Args& a, unsigned n_items, unsigned yblocks) {
 template <bool kLo>
 void launch_flash_as(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready{false};
+  const auto kernel = kLo ? flash_kernel : flash_bf16_kernel;
   if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(flash_smem<kLo>())),
                   "attention: shared memory of ", flash_smem<kLo>(), " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(flash_kernel<kLo>, dim3(n_items, yblocks), kThreads, flash_smem<kLo>(), a);
+  launch_kernel_whole(kernel, dim3(n_items, yblocks), kThreads, flash_smem<kLo>(), a);
 }
 
 }  // namespace
