@@ -16,12 +16,11 @@ namespace tf::cuda::attn {
 namespace {
 
 constexpr int kWarps = kFlashPairs / 16, kThreads = 32 * kWarps, kPairs = kFlashPairs;
-// f32 mode: q, K and V tiles; bf16 mode: q, then two stages of bf16 K and V tiles. Both: two
-// splits' slots.
+// f32 mode: q, K and V tiles; bf16 mode: two stages of bf16 K and V tiles (q's fragments load
+// from memory into registers). Both: two splits' slots.
 template <bool kLo>
 constexpr size_t flash_smem() {
-  return static_cast<size_t>(kPairs) * kKs * sizeof(float) +
-         (kLo ? 2 * static_cast<size_t>(kSplit) * kKs * sizeof(float)
+  return (kLo ? static_cast<size_t>(kPairs + 2 * kSplit) * kKs * sizeof(float)
               : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t)) +
          2 * kSplit * sizeof(int64_t);
 }
@@ -154,10 +153,10 @@ __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it
   return j;
 }
 
-// Dim tiles 8 half..8 half + 7 of split s's products os into the partials (part) or the running
-// sums o.
+// Dim tiles t0..t0 + N - 1 of split s's products os into the partials (part) or the running sums o.
+template <int N>
 __device__ __forceinline__ void flash_take(const Args& a, const Item& it, const SplitJoin& j, float (&o)[16][4],
-                                           const float (&os)[8][4], int half, int warp, int gq, int tq, int s,
+                                           const float (&os)[N][4], int t0, int warp, int gq, int tq, int s,
                                            bool part) {
   if (part) {
 #pragma unroll
@@ -166,8 +165,8 @@ __device__ __forceinline__ void flash_take(const Args& a, const Item& it, const 
       const int p = 16 * warp + gq + 8 * h;
       float* dst = a.part_acc + part_slot(a, it.r0 + p / a.hpb, it.h0 + p % a.hpb, s) * a.head_dim;
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const int d = 8 * (8 * half + t) + 2 * tq;
+      for (int t = 0; t < N; ++t) {
+        const int d = 8 * (t0 + t) + 2 * tq;
         if (d < a.head_dim) dst[d] = os[t][2 * h];
         if (d + 1 < a.head_dim) dst[d + 1] = os[t][2 * h + 1];
       }
@@ -179,12 +178,12 @@ __device__ __forceinline__ void flash_take(const Args& a, const Item& it, const 
   for (int h = 0; h < 2; ++h) {
     if (j.mode[h] == 1) {
 #pragma unroll
-      for (int t = 0; t < 8; ++t) o[8 * half + t][2 * h] = os[t][2 * h], o[8 * half + t][2 * h + 1] = os[t][2 * h + 1];
+      for (int t = 0; t < N; ++t) o[t0 + t][2 * h] = os[t][2 * h], o[t0 + t][2 * h + 1] = os[t][2 * h + 1];
     } else if (j.mode[h] == 2) {
 #pragma unroll
-      for (int t = 0; t < 8; ++t)
+      for (int t = 0; t < N; ++t)
 #pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) o[8 * half + t][e] = fold(o[8 * half + t][e], j.fa[h], os[t][e], j.fb[h]);
+        for (int e = 2 * h; e < 2 * h + 2; ++e) o[t0 + t][e] = fold(o[t0 + t][e], j.fa[h], os[t][e], j.fb[h]);
     }
   }
 }
@@ -294,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
             mma3_shared_a<true>(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
           }
         }
-        flash_take(a, it, jn, o, os, half, warp, gq, tq, s, part);
+        flash_take<8>(a, it, jn, o, os, 8 * half, warp, gq, tq, s, part);
       }
     }
     __syncthreads();
@@ -304,14 +303,15 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
 
 // bf16 mode: a ring of two stages of bf16 K and V tiles, read by ldmatrix into k16 products (no
 // widening); split s + 2 loads into split s's stage once its products are done. q's A fragments
-// stay in registers; the scores' C fragments are the V product's A fragments as they lie.
-__global__ void __launch_bounds__(kThreads, 2) flash_bf16_kernel(Args a) {
+// load from memory into registers, rounded as stage_q rounds; the scores' C fragments are the V
+// product's A fragments as they lie. 70 KB of shared memory and at most 168 registers a thread
+// let three blocks share an SM.
+__global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
   grid_wait();
   grid_launch_next();
   constexpr int ld = kKs16;
   extern __shared__ float4 sh4[];
-  float* qs = reinterpret_cast<float*>(sh4);                     // [kPairs][kKs]
-  auto* kb = reinterpret_cast<uint16_t*>(qs + kPairs * kKs);      // [2][kSplit][ld]
+  auto* kb = reinterpret_cast<uint16_t*>(sh4);                     // [2][kSplit][ld]
   uint16_t* vb = kb + 2 * kSplit * ld;                             // [2][kSplit][ld]
   auto* kslot = reinterpret_cast<int64_t*>(vb + 2 * kSplit * ld);  // [2][kSplit]
   const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
@@ -328,19 +328,32 @@ __global__ void __launch_bounds__(kThreads, 2) flash_bf16_kernel(Args a) {
   };
   fill_slots<kThreads>(kslot, a, it, s0);
   if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
-  stage_q<kThreads, false>(qs, kKs, a, it.r0, it.h0, it.P, kPairs);
   FlashPairs f = flash_pairs(a, it, warp, gq);
   const bool busy = 16 * warp < it.P;
+  // This lane's q values: pairs gq and gq + 8 of the warp's m tile, dims 2tq, 2tq + 1 (+8) of each
+  // k16 step; pairs past P and dims past head_dim (a multiple of 4 here) are 0.
+  uint32_t qa[kChunk / 16][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h;
+    const float* qr = a.q + static_cast<int64_t>(it.r0 + (p < it.P ? p / a.hpb : 0)) * a.ldq +
+                      static_cast<int64_t>(it.h0 + (p < it.P ? p % a.hpb : 0)) * hd;
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int d = 16 * k + 8 * u + 2 * tq;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (p < it.P && d < hd) x = *reinterpret_cast<const float2*>(qr + d);
+        qa[k][2 * u + h] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
+      }
+  }
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   __syncthreads();
   stage(0);
   if (s0 < s1) stage(1);
-  uint32_t qa[kChunk / 16][4];
-#pragma unroll
-  for (int k = 0; k < kChunk / 16; ++k)
-    if (k < steps) load_a16(qs + 16 * warp * kKs + 16 * k, kKs, lane, qa[k]);
   // ldmatrix rows: lane 8i + r addresses row r of matrix i.
   const int mi = lane >> 3, mr = lane & 7;
   for (int s = s0; s <= s1; ++s) {
@@ -376,23 +389,25 @@ __global__ void __launch_bounds__(kThreads, 2) flash_bf16_kernel(Args a) {
         pa[j][2] = pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]);
         pa[j][3] = pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3]);
       }
+      // Four dim tiles at a time; tiles t, t + 1 by one ldmatrix: matrices (keys 16j.., dims 8t..),
+      // (16j + 8.., 8t..), (16j.., 8t + 8..), (16j + 8.., 8t + 8..).
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float os[8][4];
+      for (int t0 = 0; t0 < 16; t0 += 4) {
+        if (8 * t0 >= hdp) break;
+        float os[4][4];
 #pragma unroll
-        for (int t = 0; t < 8; ++t) os[t][0] = os[t][1] = os[t][2] = os[t][3] = 0.0f;
-        // Dim tiles t, t + 1: matrices (keys 16j.., dims 8t..), (16j + 8.., 8t..), (16j.., 8t + 8..), (16j + 8.., 8t + 8..).
+        for (int t = 0; t < 4; ++t) os[t][0] = os[t][1] = os[t][2] = os[t][3] = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
-          for (int t = 0; t < 8; t += 2) {
-            if (8 * (8 * half + t) >= hdp) break;
+          for (int t = 0; t < 4; t += 2) {
+            if (8 * (t0 + t) >= hdp) break;
             uint32_t vf[4];
-            ldsm4_t(vf, vt + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (8 * half + t) + 8 * (mi >> 1));
+            ldsm4_t(vf, vt + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (t0 + t) + 8 * (mi >> 1));
             mma_k16(os[t], pa[j], vf[0], vf[1]);
             mma_k16(os[t + 1], pa[j], vf[2], vf[3]);
           }
-        flash_take(a, it, jn, o, os, half, warp, gq, tq, s, part);
+        flash_take<4>(a, it, jn, o, os, t0, warp, gq, tq, s, part);
       }
     }
     __syncthreads();
