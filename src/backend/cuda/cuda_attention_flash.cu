@@ -419,7 +419,8 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
 // Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
 // scores of key tile w and the products of dim tiles 2w and 2w + 1; warps 0 and 1 run the split
 // softmax on the exchanged scores, so each accumulator keeps the order of the kernel above. Each
-// K and V element is read by one warp, so bf16 mode's tiles stay bf16 and widen where read.
+// K and V element is read by one warp; bf16 mode's tiles stay bf16 and feed k16 products (K as
+// words, V by ldmatrix).
 // f32 mode: the next split's K loads while this split's V does (two f32 tiles in flight). bf16
 // mode (tiles of half the bytes): K and V of the next two splits load while this one computes.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
