@@ -264,7 +264,9 @@ using ManyFn = std::function<void(Backend&, const Tensor&, const std::vector<Bac
 // matmul_many: every output bit-identical to its own matmul on the GPU (itself gated against the
 // cpu backend) for M = 1..M, across the one-launch and the one-by-one paths.
 std::string many_gate(const ManyFn& f, Backend& gpu, DType dt, int64_t K, const std::vector<int64_t>& Ns,
-                      uint32_t seed, int64_t M = 20) {
+                      uint32_t seed, int64_t M = 20, std::vector<int64_t> ms = {}) {
+  if (ms.empty())
+    for (int64_t m = 1; m <= M; ++m) ms.push_back(m);
   std::mt19937 rng(seed);
   std::deque<cputest::HostWeight> keep;
   std::vector<std::unique_ptr<Weight>> ws, bs;
@@ -274,7 +276,8 @@ std::string many_gate(const ManyFn& f, Backend& gpu, DType dt, int64_t K, const 
   }
   Tensor x = upload(gpu, random_floats(rng, static_cast<size_t>(M * K)), M, K);
   std::string e;
-  for (int64_t m = 1; m <= M && e.empty(); ++m) {
+  for (const int64_t m : ms) {
+    if (!e.empty()) break;
     std::vector<Backend::MatmulOut> outs;
     std::vector<Tensor> one;
     for (size_t i = 0; i < Ns.size(); ++i) {
@@ -355,6 +358,12 @@ std::vector<MoeCase> moe_kernel_cases() {
   // Up to 64 rows: past 16 the outputs share a launch of the warpgroup tiles.
   v.push_back({"matmul_many BF16 K=4096 N=4096,1024,1024 (q, k, v)", [=](Backend& g, Backend&) {
                  return many_gate(many, g, DType::BF16, 4096, {4096, 1024, 1024}, 98, 64);
+               }});
+  // A prefill chunk's q, k and v: past 64 rows k and v alone are too narrow for the warpgroup
+  // tiles, so the three share one launch of 128-row tiles that fold their slices.
+  v.push_back({"matmul_many BF16 K=4096 N=4096,1024,1024 (q, k, v), prefill rows", [=](Backend& g, Backend&) {
+                 return many_gate(many, g, DType::BF16, 4096, {4096, 1024, 1024}, 107, 520,
+                                  {17, 64, 65, 127, 128, 129, 300, 512, 520});
                }});
   // Together past one wave of one-tile blocks (two column tiles a warp), each alone not.
   v.push_back({"matmul_many BF16 K=2048 N=7000,7000 (gate, up)", [=](Backend& g, Backend&) {

@@ -382,7 +382,8 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
                        Tensor y, const SplitArgs& sp);
 
 // Whether launch_bf16_wgmma_many takes these BF16 matmuls of one x: 17..64 rows on a device with
-// the warpgroup tiles, unless a forced tile rules it out.
+// the warpgroup tiles, and more where one of them alone would be too narrow for those tiles,
+// unless a forced tile rules it out.
 bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws);
 
 // Those matmuls in one launch on the warpgroup tiles, each on its own split.

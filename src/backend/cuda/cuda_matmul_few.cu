@@ -505,10 +505,9 @@ void CudaBackend::matmul_grouped(const float* x, int64_t K, const GroupedRows& g
 }
 
 void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& outs) {
-  // Like weights run in one launch at up to 16 rows, and at up to 64 on the warpgroup tiles where
+  // Like weights run in one launch at up to 16 rows, and past that on the warpgroup tiles where
   // they take them; anything else as one matmul each.
-  bool one = x.rows >= 1 && x.rows <= 64 && !outs.empty() &&
-             outs.size() <= static_cast<size_t>(kMaxMulti);
+  bool one = x.rows >= 1 && !outs.empty() && outs.size() <= static_cast<size_t>(kMaxMulti);
   std::vector<const CudaWeight*> ws;
   std::vector<const float*> biases;
   std::vector<Tensor> ys;

@@ -335,21 +335,55 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
 }
 
 bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws) {
-  // Tile c only, at 17..64 rows, where q/k/v or gate/up of a decode round share one launch.
+  // Tile c at 17..64 rows, where q/k/v or gate/up of a decode round share one launch; tile a
+  // past 64 rows (a prefill chunk), folding slices, where some output alone has too few tiles for
+  // the warpgroup kernel and together they fill the device (k and v beside q).
   static const bool forced = tile_env("TF_CUDA_WG_TILE") >= 0 || tile_env("TF_CUDA_WG_FEW") != -1;
-  if (forced || x.rows <= 16 || x.rows > 64 || x.cols % 8 != 0 ||
-      ws.size() > static_cast<size_t>(kWgMulti) || !wgmma_ready())
+  if (forced || x.rows <= 16 || x.cols % 8 != 0 || ws.size() > static_cast<size_t>(kWgMulti) || !wgmma_ready())
     return false;
   for (const CudaWeight* w : ws)
     if (w->dtype != DType::BF16) return false;
-  return true;
+  if (x.rows <= 64) return true;
+  const int64_t row_tiles = (x.rows + kTileRows[0] - 1) / kTileRows[0];
+  int64_t all = 0;
+  bool short_one = false;
+  for (const CudaWeight* w : ws) {
+    const int64_t t = row_tiles * ((w->rows + kTileCols[0] - 1) / kTileCols[0]);
+    all += t;
+    short_one = short_one || t < kTargetBlocks / 8;
+  }
+  return short_one && all >= kTargetBlocks / 8;
 }
+
+namespace {
+
+// One launch of the matmuls in ma: WG x WN warpgroups of BN columns; kGrid: slices as blocks
+// (partials carved from scratch), else each block folds its output's slices in place.
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo>
+void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Tensor& x, WgMulti& ma, unsigned tiles,
+                       int slices) {
+  const int64_t M = x.rows;
+  if (kGrid) carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
+  static bool raised = false;  // one attribute call per instantiation
+  constexpr int kSmem = wg_smem(WG, BN, ST, kXLo);
+  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo>;
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const dim3 grid(tiles, static_cast<unsigned>((M + 64 * WG - 1) / (64 * WG)), kGrid ? static_cast<unsigned>(slices) : 1u);
+  launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, kXLo ? hi + M * Kp : nullptr, M, x.cols, Kp, nullptr,
+                      nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
+}
+
+}  // namespace
 
 void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
                             const std::vector<const CudaWeight*>& ws,
                             const std::vector<const float*>& biases,
                             const std::vector<Tensor>& ys) {
-  constexpr int WG = 1, WN = 2, BN = 128, ST = 4;
+  constexpr int BN = 128;
   const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
   WgMulti ma{};  // unused outputs zero, so a graphed round's arguments compare equal
   ma.n = static_cast<int>(ws.size());
@@ -364,20 +398,10 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
     slices = std::max(slices, ma.sp[i].s);
   }
   const uint16_t* hi = split_x<true>(be, x, Kp);
-  carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
-  const dim3 grid(tiles, 1, static_cast<unsigned>(slices));
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;
-    static bool raised = false;  // one attribute call per instantiation
-    constexpr int kSmem = wg_smem(WG, BN, ST, L);
-    auto kern = wg_matmul<WG, WN, BN, ST, true, true, L>;
-    if (!raised) {
-      TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                    "matmul: shared memory limit");
-      raised = true;
-    }
-    launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, L ? hi + M * Kp : nullptr, M, K, Kp,
-                        nullptr, nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
+    if (M <= 64) launch_multi_tile<1, 2, BN, 4, true, L>(be, hi, Kp, x, ma, tiles, slices);
+    else launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma, tiles, slices);
   });
 }
 
