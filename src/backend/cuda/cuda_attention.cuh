@@ -254,7 +254,7 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 // keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
-// Split-mode items of at most 16 pairs (decode_first puts them first).
+// Split-mode items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu).
 void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks);
 
 }  // namespace tf::cuda::attn

@@ -1,0 +1,324 @@
+// Split-mode attention blocks of at most 16 (row, head) pairs, the decode rows, on eight warps a
+// block: the order rule of cuda_attention.cu through the helpers of cuda_attention.cuh, so a split
+// gives the bits of the flash kernel (cuda_attention_flash.cu) and the tile kernel.
+#include <atomic>
+
+#include "backend/cuda/cuda_attention_stage.cuh"
+#include "backend/cuda/cuda_backend.h"
+
+namespace tf::cuda::attn {
+
+namespace {
+
+// Split-mode blocks of at most 16 pairs: eight warps share the one m tile. Warp w computes the
+// scores of key tile w and the products of dim tiles 2w and 2w + 1; warps 0 and 1 run the split
+// softmax on the exchanged scores, so each accumulator keeps the flash kernel's order. Each
+// K and V element is read by one warp; bf16 mode's tiles stay bf16 and feed k16 products (K as
+// words, V by ldmatrix).
+// f32 mode: the next split's K loads while this split's V does (two f32 tiles in flight). bf16
+// mode (tiles of half the bytes): K and V of the next two splits load while this one computes.
+constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
+
+// f32 mode: q, two K tiles and a V tile, the scores in the K tile's rows, the slots. bf16 mode:
+// q, two K and two V tiles, the scores, the slots.
+template <bool kLo>
+constexpr size_t dec_smem() {
+  return static_cast<size_t>(kDecPairs) * kKs * sizeof(float) +
+         (kLo ? 3 * static_cast<size_t>(kSplit) * kKs * sizeof(float)
+              : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t) + 8 * static_cast<size_t>(kKs) * sizeof(float)) +
+         2 * kSplit * sizeof(int64_t);
+}
+
+// What a decode block's threads know: its item, their lane, their two pairs' key ranges.
+struct Dec {
+  Item it;
+  int warp, lane, gq, tq, hd, hdp;
+  int pfirst[2], ppos[2];  // pairs gq and gq + 8
+};
+
+__device__ __forceinline__ Dec dec_of(const Args& a) {
+  Dec d;
+  d.it = item_of(a, a.items[2 * blockIdx.x], a.items[2 * blockIdx.x + 1]);
+  d.warp = threadIdx.x / 32, d.lane = threadIdx.x % 32, d.gq = d.lane >> 2, d.tq = d.lane & 3;
+  d.hd = a.head_dim, d.hdp = a.hd_pad;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = d.gq + 8 * h, row = d.it.r0 + (p < d.it.P ? p / a.hpb : 0);
+    d.pfirst[h] = a.row_first[row];
+    d.ppos[h] = p < d.it.P ? a.row_pos[row] : -1;
+  }
+  return d;
+}
+
+// Warp w's C fragment of key tile w to row w of xs ([pair][8 keys]).
+__device__ __forceinline__ void dec_put_scores(const Dec& d, const float (&sw)[4], float* xs, int xld) {
+  __syncwarp();
+  float* xw = xs + d.warp * xld;
+  *reinterpret_cast<float2*>(xw + 8 * d.gq + 2 * d.tq) = make_float2(sw[0], sw[1]);
+  *reinterpret_cast<float2*>(xw + 8 * (d.gq + 8) + 2 * d.tq) = make_float2(sw[2], sw[3]);
+}
+
+// Warp w's scores of key tile w (K tile ks, row stride ld) to row w of xs ([pair][8 keys], row
+// stride xld). In f32 mode xs is the K tile itself: row 8w is this warp's own, read by no other.
+__device__ __forceinline__ void dec_scores(const Dec& d, const float* qs, const float* ks, int ld, float* xs, int xld) {
+  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int kk = 0; kk < d.hdp; kk += 8) {
+    uint32_t ab[4], as[4], bb[2], bs[2];
+    load_a<true>(qs + kk, kKs, d.lane, ab, as);
+    const float* kr = ks + (8 * d.warp + d.gq) * ld + kk + d.tq;
+    split_tf32<true>(kr[0], bb[0], bs[0]);
+    split_tf32<true>(kr[4], bb[1], bs[1]);
+    mma3<true>(sw, ab, as, bb, bs);
+  }
+  dec_put_scores(d, sw, xs, xld);
+}
+
+// bf16 mode: the same scores in k16 steps, q's A fragments qa from registers, K's B fragments
+// read as words of the bf16 tile.
+__device__ __forceinline__ void dec_scores16(const Dec& d, const uint32_t (&qa)[kChunk / 16][4], const uint16_t* ks,
+                                             int ld, float* xs, int xld) {
+  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint16_t* kr = ks + (8 * d.warp + d.gq) * ld + 2 * d.tq;
+#pragma unroll
+  for (int k = 0; k < kChunk / 16; ++k) {
+    if (16 * k >= d.hdp) break;
+    mma_k16(sw, qa[k], *reinterpret_cast<const uint32_t*>(kr + 16 * k),
+            *reinterpret_cast<const uint32_t*>(kr + 16 * k + 8));
+  }
+  dec_put_scores(d, sw, xs, xld);
+}
+
+// Split s's softmax: warp h turns pairs gq + 8h's scores in xs into weights in place, once for
+// the block, and writes their (max, sum); on[h]: whether pair gq + 8h has keys in the split.
+template <bool kLo>
+__device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* xs, int xld, int s, bool (&on)[2]) {
+  const int base = s * kSplit;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int klo = max(d.pfirst[h], base) - base, khi = min(d.ppos[h], base + kSplit - 1) - base;
+    on[h] = klo <= khi;
+    if (d.warp != h) continue;
+    float x[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 u = *reinterpret_cast<const float2*>(xs + n * xld + 8 * (d.gq + 8 * h) + 2 * d.tq);
+      x[n][0] = u.x, x[n][1] = u.y;
+    }
+    float mx, lsum;
+    split_softmax<kLo>(x, d.tq, klo, khi, a.scale, a.softcap, mx, lsum);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(xs + n * xld + 8 * (d.gq + 8 * h) + 2 * d.tq) = make_float2(x[n][0], x[n][1]);
+    if (on[h] && d.tq == 0) {
+      const int p = d.gq + 8 * h;
+      const int64_t slot = part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s);
+      a.part_ml[2 * slot] = mx;
+      a.part_ml[2 * slot + 1] = lsum;
+    }
+  }
+}
+
+// Dim tiles 2w and 2w + 1 of split s's products os into the pairs' partials.
+__device__ __forceinline__ void dec_put_pv(const Args& a, const Dec& d, const float (&os)[2][4], int s,
+                                           const bool (&on)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!on[h]) continue;
+    const int p = d.gq + 8 * h;
+    float* dst = a.part_acc + part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s) * d.hd;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int dd = 8 * (2 * d.warp + j) + 2 * d.tq;
+      if (dd < d.hd) dst[dd] = os[j][2 * h];
+      if (dd + 1 < d.hd) dst[dd + 1] = os[j][2 * h + 1];
+    }
+  }
+}
+
+// Split s's products of the weights in xs and V tile vs for dim tiles 2w and 2w + 1 (past hd_pad
+// they read zeros and are not written), into the pairs' partials.
+__device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float* xs, int xld, const float* vs, int ld,
+                                       int s, const bool (&on)[2]) {
+  float sc[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float* xr = xs + n * xld + 2 * d.tq;
+    const float2 u = *reinterpret_cast<const float2*>(xr + 8 * d.gq);
+    const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (d.gq + 8));
+    sc[n][0] = u.x, sc[n][1] = u.y, sc[n][2] = w.x, sc[n][3] = w.y;
+  }
+  if (16 * d.warp >= d.hdp) return;
+  float os[2][4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    uint32_t ab[4], as[4];
+    split_a<true>(sc[n][0], sc[n][2], sc[n][1], sc[n][3], ab, as);
+    uint32_t bb[2][2], bs[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float* vr = vs + (8 * n + 2 * d.tq) * ld + 8 * (2 * d.warp + i) + d.gq;
+      split_tf32<true>(vr[0], bb[i][0], bs[i][0]);
+      split_tf32<true>(vr[ld], bb[i][1], bs[i][1]);
+    }
+    mma3_shared_a<true>(os, ab, as, bb, bs);
+  }
+  dec_put_pv(a, d, os, s, on);
+}
+
+// bf16 mode: the same products in k16 steps (keys 16j..16j + 15), the weights' A fragments packed
+// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16).
+__device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const float* xs, int xld, const uint16_t* vs,
+                                         int ld, int s, const bool (&on)[2]) {
+  uint32_t pa[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float* xr = xs + (2 * j + i) * xld + 2 * d.tq;
+      const float2 u = *reinterpret_cast<const float2*>(xr + 8 * d.gq);
+      const float2 w = *reinterpret_cast<const float2*>(xr + 8 * (d.gq + 8));
+      pa[j][2 * i] = pack_bf16(u.x, u.y), pa[j][2 * i + 1] = pack_bf16(w.x, w.y);
+    }
+  }
+  if (16 * d.warp >= d.hdp) return;
+  float os[2][4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+  const int mi = d.lane >> 3, mr = d.lane & 7;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t vf[4];
+    ldsm4_t(vf, vs + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (2 * d.warp) + 8 * (mi >> 1));
+    mma_k16(os[0], pa[j], vf[0], vf[1]);
+    mma_k16(os[1], pa[j], vf[2], vf[3]);
+  }
+  dec_put_pv(a, d, os, s, on);
+}
+
+__global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
+  grid_wait();
+  grid_launch_next();
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);  // [kDecPairs][kKs]
+  float* kb = qs + kDecPairs * kKs;           // [2][kSplit][kKs]
+  float* vs = kb + 2 * kSplit * kKs;          // [kSplit][kKs]
+  auto* kslot = reinterpret_cast<int64_t*>(vs + kSplit * kKs);  // [2][kSplit], -1: masked
+  const Dec d = dec_of(a);
+  const int s0 = d.it.s0, s1 = d.it.s1;
+  const auto* kpool = static_cast<const float*>(a.k);
+  const auto* vpool = static_cast<const float*>(a.v);
+  auto stage = [&](float* dst, const float* src, int buf) {
+    stage_tile<kDecThreads>(dst, kKs, src, kslot + buf * kSplit, d.hd, d.hdp);
+  };
+  fill_slots<kDecThreads>(kslot, a, d.it, s0);
+  stage_q<kDecThreads, true>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
+  zero_v_tail<kDecThreads>(vs, kKs, d.hdp);
+  __syncthreads();
+  stage(kb, kpool, 0);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    float* ks = kb + b * kSplit * kKs;
+    stage(vs, vpool, b);
+    if (s < s1) {
+      fill_slots<kDecThreads>(kslot + (b ^ 1) * kSplit, a, d.it, s + 1);
+      __syncthreads();
+      stage(kb + (b ^ 1) * kSplit * kKs, kpool, b ^ 1);
+      cp_async_wait<2>();
+    } else {
+      cp_async_wait<1>();
+    }
+    __syncthreads();
+    dec_scores(d, qs, ks, kKs, ks, 8 * kKs);
+    __syncthreads();
+    bool on[2];
+    dec_softmax<true>(a, d, ks, 8 * kKs, s, on);
+    if (s < s1) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    dec_pv(a, d, ks, 8 * kKs, vs, kKs, s, on);
+    __syncthreads();
+  }
+}
+
+// bf16 mode's schedule: a ring of two (K, V) stages a split each. Split s + 2's slots are found
+// while split s's scores run (their page ids load meanwhile) and its tiles load once split s's
+// products are done, so a split's loads have a whole split's work to land.
+__global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args a) {
+  grid_wait();
+  grid_launch_next();
+  constexpr int ld = kKs16;
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);                  // [kDecPairs][kKs]
+  auto* kb = reinterpret_cast<uint16_t*>(qs + kDecPairs * kKs);  // [2][kSplit][ld]
+  uint16_t* vb = kb + 2 * kSplit * ld;                          // [2][kSplit][ld]
+  auto* xs = reinterpret_cast<float*>(vb + 2 * kSplit * ld);    // [8][kKs]: scores, then weights
+  auto* kslot = reinterpret_cast<int64_t*>(xs + 8 * kKs);       // [2][kSplit], -1: masked
+  const Dec d = dec_of(a);
+  const int s0 = d.it.s0, s1 = d.it.s1;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+  // Split s's K and V into stage b, one commit group.
+  auto stage = [&](int b) {
+    const int64_t* sl = kslot + b * kSplit;
+    stage_tile<kDecThreads>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp);
+    stage_tile<kDecThreads>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp);
+  };
+  fill_slots<kDecThreads>(kslot, a, d.it, s0);
+  if (s0 < s1) fill_slots<kDecThreads>(kslot + kSplit, a, d.it, s0 + 1);
+  stage_q<kDecThreads, false>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
+  __syncthreads();
+  stage(0);
+  if (s0 < s1) stage(1);
+  uint32_t qa[kChunk / 16][4];
+#pragma unroll
+  for (int k = 0; k < kChunk / 16; ++k)
+    if (16 * k < d.hdp) load_a16(qs + 16 * k, kKs, d.lane, qa[k]);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    if (s < s1) cp_async_wait<2>();
+    else cp_async_wait<0>();
+    __syncthreads();
+    // Split s + 2's slots into this stage's (read when split s's tiles were staged): the page
+    // id loads now, the slot is written after the scores.
+    const int j = threadIdx.x;
+    const int32_t pk = (s + 2) * kSplit + j;
+    const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
+    const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
+    dec_scores16(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
+    if (fill)
+      kslot[b * kSplit + j] =
+          in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
+    __syncthreads();
+    bool on[2];
+    dec_softmax<false>(a, d, xs, kKs, s, on);
+    __syncthreads();
+    dec_pv16(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on);
+    __syncthreads();
+    if (s + 2 <= s1) stage(b);
+  }
+}
+
+template <bool kLo>
+void launch_flash_decode_as(const Args& a, unsigned n_items, unsigned yblocks) {
+  static std::atomic<bool> ready{false};
+  const auto kernel = kLo ? flash_decode_kernel : flash_decode_bf16_kernel;
+  if (!ready.load()) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(dec_smem<kLo>())),
+                  "attention: shared memory of ", dec_smem<kLo>(), " bytes");
+    ready.store(true);
+  }
+  launch_kernel_whole(kernel, dim3(n_items, yblocks), kDecThreads, dec_smem<kLo>(), a);
+}
+
+}  // namespace
+
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks) {
+  if (a.lo) launch_flash_decode_as<true>(a, n_items, yblocks);
+  else launch_flash_decode_as<false>(a, n_items, yblocks);
+}
+
+}  // namespace tf::cuda::attn

@@ -1,0 +1,72 @@
+#pragma once
+// How the flash and decode attention kernels (cuda_attention_flash.cu, cuda_attention_decode.cu)
+// find a block's keys and stage its K and V tiles by cp.async.
+#include <cstdint>
+
+#include "backend/cuda/cuda_attention.cuh"
+
+namespace tf::cuda::attn {
+
+// A block's item: group g's rows times hpb heads of kv head blockIdx.y / (group / hpb), over
+// splits s0..s1 (c < 0: every split of the group; c >= 0: splits c * chunk.., at most chunk).
+struct Item {
+  int r0, P, h0, s0, s1;
+  int32_t lo, hi;  // the group's first key and last position
+  const int32_t* pt;
+  int64_t head_off;
+};
+
+__device__ __forceinline__ Item item_of(const Args& a, int g, int c) {
+  Item it;
+  it.r0 = a.grp[g];
+  const int nrows = a.grp[g + 1] - it.r0, hblocks = a.group / a.hpb, kvh = blockIdx.y / hblocks;
+  it.h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
+  it.P = nrows * a.hpb;
+  it.lo = a.row_first[it.r0], it.hi = a.row_pos[it.r0 + nrows - 1];
+  it.s0 = it.lo / kSplit + (c >= 0 ? c * a.chunk : 0);
+  it.s1 = c >= 0 ? min(it.hi / kSplit, it.s0 + a.chunk - 1) : it.hi / kSplit;
+  it.pt = a.pages + a.row_pages[it.r0];
+  it.head_off = static_cast<int64_t>(kvh) * a.head_dim;
+  return it;
+}
+
+// Pool offsets of split s's keys into slot (-1: outside lo..hi), by T threads.
+template <int T>
+__device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const Item& it, int s) {
+  for (int j = threadIdx.x; j < kSplit; j += T) {
+    const int32_t pk = s * kSplit + j;
+    slot[j] = pk >= it.lo && pk <= it.hi
+                  ? (static_cast<int64_t>(it.pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width +
+                        it.head_off
+                  : -1;
+  }
+}
+
+// Stages split rows dst[key][0..hd_pad) (row stride ld) from the pool offsets in slot by cp.async
+// (dims past head_dim and masked keys as zeros), then commits the group. A copy is `per` values of
+// 16 bytes, or 8 for bf16 rows of a head dim not a multiple of 8 (not 16-byte aligned). A thread
+// copies one column of every (T / units)-th key, so the loop has no division.
+template <int T, class E>
+__device__ __forceinline__ void stage_tile(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp) {
+  constexpr bool kWide = sizeof(E) == 4;
+  const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
+  const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
+  for (int key = key0; key < kSplit; key += kstep) {
+    const int64_t off = slot[key];
+    const bool ok = off >= 0 && d0 < hd;
+    const E* from = src + (ok ? off + d0 : 0);
+    if (kWide || per == 8) cp_async16(dst + key * ld + d0, from, ok);
+    else cp_async8(dst + key * ld + d0, from, ok);
+  }
+  cp_async_commit();
+}
+
+// V columns past hd_pad are never staged, but dim tiles past it may read them: zeros, by T threads.
+template <int T, class E>
+__device__ __forceinline__ void zero_v_tail(E* vs, int ld, int hdp) {
+  for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += T)
+    vs[(e / (kChunk - hdp)) * ld + hdp + e % (kChunk - hdp)] = E(0);
+}
+
+}  // namespace tf::cuda::attn
