@@ -262,7 +262,8 @@ MoeSpec sigmoid_spec() {
 using ManyFn = std::function<void(Backend&, const Tensor&, const std::vector<Backend::MatmulOut>&)>;
 
 // matmul_many: every output bit-identical to its own matmul on the GPU (itself gated against the
-// cpu backend) for M = 1..M, across the one-launch and the one-by-one paths.
+// cpu backend) for M = 1..M (or for the row counts ms), across the one-launch and the one-by-one
+// paths.
 std::string many_gate(const ManyFn& f, Backend& gpu, DType dt, int64_t K, const std::vector<int64_t>& Ns,
                       uint32_t seed, int64_t M = 20, std::vector<int64_t> ms = {}) {
   if (ms.empty())

@@ -336,8 +336,8 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
 
 bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws) {
   // Tile c at 17..64 rows, where q/k/v or gate/up of a decode round share one launch; tile a
-  // past 64 rows (a prefill chunk), folding slices, where some output alone has too few tiles for
-  // the warpgroup kernel and together they fill the device (k and v beside q).
+  // past 64 rows (a prefill chunk), folding slices, where some output alone has fewer tiles than
+  // launch_bf16_wgmma takes and together they have enough (k and v beside q).
   static const bool forced = tile_env("TF_CUDA_WG_TILE") >= 0 || tile_env("TF_CUDA_WG_FEW") != -1;
   if (forced || x.rows <= 16 || x.cols % 8 != 0 || ws.size() > static_cast<size_t>(kWgMulti) || !wgmma_ready())
     return false;
