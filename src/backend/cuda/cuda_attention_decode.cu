@@ -301,24 +301,12 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
   }
 }
 
-template <bool kLo>
-void launch_flash_decode_as(const Args& a, unsigned n_items, unsigned yblocks) {
-  static std::atomic<bool> ready{false};
-  const auto kernel = kLo ? flash_decode_kernel : flash_decode_bf16_kernel;
-  if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(dec_smem<kLo>())),
-                  "attention: shared memory of ", dec_smem<kLo>(), " bytes");
-    ready.store(true);
-  }
-  launch_kernel_whole(kernel, dim3(n_items, yblocks), kDecThreads, dec_smem<kLo>(), a);
-}
-
 }  // namespace
 
 void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks) {
-  if (a.lo) launch_flash_decode_as<true>(a, n_items, yblocks);
-  else launch_flash_decode_as<false>(a, n_items, yblocks);
+  static std::atomic<bool> ready_f32{false}, ready_bf16{false};
+  if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
+  else launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks);
 }
 
 }  // namespace tf::cuda::attn

@@ -353,24 +353,12 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
   if (busy && !part) flash_out(a, it, f, o, warp, gq, tq);
 }
 
-template <bool kLo>
-void launch_flash_as(const Args& a, unsigned n_items, unsigned yblocks) {
-  static std::atomic<bool> ready{false};
-  const auto kernel = kLo ? flash_kernel : flash_bf16_kernel;
-  if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(flash_smem<kLo>())),
-                  "attention: shared memory of ", flash_smem<kLo>(), " bytes");
-    ready.store(true);
-  }
-  launch_kernel_whole(kernel, dim3(n_items, yblocks), kThreads, flash_smem<kLo>(), a);
-}
-
 }  // namespace
 
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
-  if (a.lo) launch_flash_as<true>(a, n_items, yblocks);
-  else launch_flash_as<false>(a, n_items, yblocks);
+  static std::atomic<bool> ready_f32{false}, ready_bf16{false};
+  if (a.lo) launch_attention_kernel(flash_kernel, ready_f32, kThreads, flash_smem<true>(), a, n_items, yblocks);
+  else launch_attention_kernel(flash_bf16_kernel, ready_bf16, kThreads, flash_smem<false>(), a, n_items, yblocks);
 }
 
 }  // namespace tf::cuda::attn

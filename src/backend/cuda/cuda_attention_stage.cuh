@@ -1,6 +1,7 @@
 #pragma once
 // How the flash and decode attention kernels (cuda_attention_flash.cu, cuda_attention_decode.cu)
-// find a block's keys and stage its K and V tiles by cp.async.
+// find a block's keys, stage its K and V tiles by cp.async, and are launched.
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cuda_attention.cuh"
@@ -67,6 +68,18 @@ template <int T, class E>
 __device__ __forceinline__ void zero_v_tail(E* vs, int ld, int hdp) {
   for (int e = threadIdx.x; e < kSplit * (kChunk - hdp); e += T)
     vs[(e / (kChunk - hdp)) * ld + hdp + e % (kChunk - hdp)] = E(0);
+}
+
+// Launches kernel over n_items x yblocks blocks of `threads`, raising its shared-memory limit to
+// smem on its first launch (ready: the kernel's own flag).
+inline void launch_attention_kernel(void (*kernel)(Args), std::atomic<bool>& ready, int threads, size_t smem,
+                                    const Args& a, unsigned n_items, unsigned yblocks) {
+  if (!ready.load()) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                  "attention: shared memory of ", smem, " bytes");
+    ready.store(true);
+  }
+  launch_kernel_whole(kernel, dim3(n_items, yblocks), threads, smem, a);
 }
 
 }  // namespace tf::cuda::attn
