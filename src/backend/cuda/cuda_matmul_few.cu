@@ -54,6 +54,27 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
   }
 }
 
+// Groups of 8 k the whole-range x holds for k_span values: every group of each k32 chunk that
+// starts inside the span, so a chunk crossing K reads the zeros load_x8 gives past it.
+__host__ __device__ constexpr int whole_x_groups(int64_t k_span) {
+  return static_cast<int>((k_span + 31) / 32 * 4);
+}
+
+// Row stride, in 16-byte groups, of the whole-range x for k_span values: at least its groups and
+// 4 mod 8, so the two rows a quarter warp reads fill all 32 banks.
+__host__ __device__ constexpr int whole_x_stride(int64_t k_span) {
+  return static_cast<int>((k_span + 63) / 64 * 8 + 4);
+}
+static_assert(whole_x_stride(1) >= whole_x_groups(1) && whole_x_stride(33) >= whole_x_groups(33) &&
+                  whole_x_stride(100) >= whole_x_groups(100) && whole_x_stride(4096) >= whole_x_groups(4096),
+              "a row of the whole-range x holds its groups");
+
+// Dynamic shared memory of the whole-range x: rows x stride groups, a lo plane too with kLo.
+constexpr size_t whole_x_bytes(int64_t rows, int64_t k_span, bool lo) {
+  return static_cast<size_t>(rows) * whole_x_stride(k_span) * 16 * (lo ? 2 : 1);
+}
+constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for it
+
 // Few rows (M <= 16): each warp owns TN tiles of 8 columns of a slice and loads its weight
 // operands straight from memory, 8 consecutive k per lane and tile (16 bytes for BF16/F16), the
 // next step's loads in flight while a step computes; the TN tiles' chains are independent, so
@@ -66,10 +87,13 @@ __device__ __forceinline__ void split8(const float (&v)[8], uint32_t (&hi)[4], u
 // gr.w, its row r reads x row order[start + r] / x_div and writes y row order[start + r].
 // kMulti: the launch runs ma's matmuls; blockIdx.x counts the column tiles of all of them.
 // kXLo: x enters BF16/F16 weights as hi + lo (--matmul-input f32), else as hi alone.
+// kWhole (up to 8 rows an MoE item): the block splits x over its whole k range into dynamic
+// shared memory once (whole_x_bytes), so the k loop has no barrier and no x load; the same
+// operand words.
 // Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
 // would spill at that cap.
 template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false,
-          bool kXLo = true>
+          bool kXLo = true, bool kWhole = false>
 __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 ? 1 : 4)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
@@ -78,8 +102,11 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
   constexpr int U = kSkinnyUnroll / TN, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
   constexpr int BN = skinny_cols(TN);
   constexpr bool kLo = WT != kQ8 && kXLo;
+  static_assert(!kWhole || (kGroup && !kHigh && !kPreX), "the whole-range x is for MoE items of up to 8 rows");
   // Operand words of one step: [row][group][hi 0..3, lo 0..3].
-  __shared__ __align__(16) uint32_t xs[R][G][8];
+  __shared__ __align__(16) uint32_t xs[kWhole ? 1 : R][kWhole ? 1 : G][8];
+  // kWhole: operand words of the block's k range, uint4s [row][group]: the hi plane, then lo.
+  extern __shared__ uint4 xw[];
   // An MoE item's rows come from the routing kernel; a plain matmul's weights are ready, so its
   // first weight loads go out before the wait on the kernel before it.
   if (kGroup) grid_wait();
@@ -162,6 +189,27 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     }
   };
   if (kbeg < kend) load_w(kbeg);
+  const int wq = kWhole ? whole_x_stride(kend - kbeg) : 0, lo_plane = static_cast<int>(M) * wq;
+  if constexpr (kWhole) {
+    const int nq = whole_x_groups(kend - kbeg);
+    for (int i = threadIdx.x; i < M * nq; i += kSkinnyWarps * 32) {
+      const int r = i / nq, q = i % nq;
+      const int64_t xr = rowmap[r] / gr.x_div, k = kbeg + 8 * q;
+      float v[8];
+      load_x8(v, x + xr * K, true, K, k, vec_x);
+      if (gr.act >= 0) {
+        float u8[8];
+        if (gr.x2) load_x8(u8, gr.x2 + xr * K, true, K, k, vec_x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
+      }
+      uint32_t hi[4], lo[4];
+      split8<kLo>(v, hi, lo);
+      xw[r * wq + q] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      if (kLo) xw[lo_plane + r * wq + q] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+  }
   // A thread splits the same (row, k8 group) items every step: rows past M are zeroed here once,
   // and a live row's x offset (an MoE item's from its row map) is looked up once.
   constexpr int kItems = (R * G + kSkinnyWarps * 32 - 1) / (kSkinnyWarps * 32);
@@ -170,7 +218,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
   for (int j = 0; j < kItems; ++j) {
     const int i = threadIdx.x + j * kSkinnyWarps * 32, r = i / G, q = i % G;
     xrow[j] = -1;
-    if (i >= R * G) continue;
+    if (kWhole || i >= R * G) continue;
     if (r >= M) {
       *reinterpret_cast<uint4*>(&xs[r][q][0]) = make_uint4(0u, 0u, 0u, 0u);
       *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(0u, 0u, 0u, 0u);
@@ -224,7 +272,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       if (kLo) *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
     if (kPreX && kc + 32 * U < kend) load_xv(kc + 32 * U);
-    __syncthreads();
+    if (!kWhole) __syncthreads();
     uint32_t cw[U][TN][4];
     float cs[U][TN][2];
 #pragma unroll
@@ -240,13 +288,21 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     for (int u = 0; u < U; ++u) {
       if (kc + 32 * u >= kend) break;  // a chunk starting past the slice is not in the chain
       const int q = 4 * u + t4;
-      const uint4 h4 = *reinterpret_cast<const uint4*>(&xs[g][q][0]);
+      uint4 h4 = make_uint4(0u, 0u, 0u, 0u), l4 = h4;
+      if (kWhole) {
+        // Rows past M are the zero words the per-step form stores for them.
+        if (g < M) {
+          const int at = g * wq + static_cast<int>((kc - kbeg) / 8) + q;
+          h4 = xw[at];
+          if (kLo) l4 = xw[lo_plane + at];
+        }
+      } else {
+        h4 = *reinterpret_cast<const uint4*>(&xs[g][q][0]);
+        if (kLo) l4 = *reinterpret_cast<const uint4*>(&xs[g][q][4]);
+      }
       const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w};
       uint32_t al[4] = {0u, 0u, 0u, 0u}, bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
-      if (kLo) {
-        const uint4 l4 = *reinterpret_cast<const uint4*>(&xs[g][q][4]);
-        al[0] = l4.x, al[1] = l4.y, al[2] = l4.z, al[3] = l4.w;
-      }
+      if (kLo) al[0] = l4.x, al[1] = l4.y, al[2] = l4.z, al[3] = l4.w;
       if (kHigh) {
         const uint4 hb = *reinterpret_cast<const uint4*>(&xs[(g + 8) % R][q][0]);
         bh[0] = hb.x, bh[1] = hb.y, bh[2] = hb.z, bh[3] = hb.w;
@@ -304,7 +360,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
         }
       }
     }
-    __syncthreads();  // the next step's split overwrites xs
+    if (!kWhole) __syncthreads();  // the next step's split overwrites xs
     const int64_t k1 = kc + 32 * U;  // a step never crosses a slice: ks is a multiple of it
     if (sp.fold && (k1 >= K || k1 % sp.ks == 0)) {
 #pragma unroll
@@ -347,6 +403,29 @@ bool skinny_prex() {
   }();
   return on;
 }
+
+// Whether MoE expert launches of up to 8 rows an item split x once over a block's k range when it
+// fits: their blocks walk few steps (TF_CUDA_SKINNY_WHOLE=0: never, for side-by-side timing; the
+// same operand words, so the same bits). Plain few-row launches keep the per-step split, which
+// timed faster at long k.
+bool skinny_whole() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_SKINNY_WHOLE");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
+// The whole-range x's bytes for an expert launch of items of up to `rows` rows whose blocks walk
+// k_span values, or 0 when that launch splits x step by step.
+size_t whole_x_smem(int64_t rows, int64_t k_span, bool lo) {
+  if (rows > 8 || !skinny_whole()) return 0;
+  const size_t b = whole_x_bytes(rows, k_span, lo);
+  return b <= kWholeXMaxBytes ? b : 0;
+}
+
+// The k values a block of split sp walks.
+int64_t block_span(const SplitArgs& sp, int64_t K) { return sp.fold || sp.s == 1 ? K : sp.ks; }
 
 // Calls f with std::bool_constant<kPreX>: true when `fits` (up to 8 rows an item), skinny_prex()
 // and the weights are not F16, whose kernels spill with the preload (and were never timed with it).
@@ -460,14 +539,16 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
       sp.counters = be.matmul_counters(static_cast<uint64_t>(grid.x) * grid.z);
     }
     const bool vec_x = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    const size_t whole = whole_x_smem(gr.rows_max, block_span(sp, K), WT != kQ8 && x_lo(be));
     // Items of at most 8 rows take the 8-row tile, as a plain matmul of that many rows does.
     // The one-tile grouped form spills at its register cap with the preload, so it goes without.
     with_prex<WT>(gr.rows_max <= 8 && TN == 2, [&](auto prex) {
       with_wt_xlo<WT>(be, [&](auto xlo) {
         constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
-        auto kern = gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false, L>
-                                    : skinny_matmul<WT, false, true, false, TN, P && TN == 2, L>;
-        launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x, gr.pairs, K, nullptr, nullptr, nullptr, y,
+        auto kern = whole ? skinny_matmul<WT, false, true, false, TN, false, L, true>
+                    : gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false, L>
+                                      : skinny_matmul<WT, false, true, false, TN, P && TN == 2, L>;
+        launch_kernel(kern, grid, kSkinnyWarps * 32, whole, x, gr.pairs, K, nullptr, nullptr, nullptr, y,
                       N, vec_x, vec_w, sp, gr, MultiArgs{});
       });
     });
