@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --matmul-input f32 against bf16 on the card, from prebuilt binaries in $BIN_DIR (default .gpubin):
-#   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes (bf16's attention cases
-#                                          under every launch form too), the GPU model tests
+#   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes, plain and with shared
+#                                          memory poisoned (bf16's attention cases under every
+#                                          launch form too), the GPU model tests
 #                                          (MatmulInput included) and the golden check in bf16
 #   tests/gpu/run_matmul_input.sh bench   prefill 4,096 and 512, decode at batch 1, 8 and 64, both
 #                                          modes interleaved (tests/gpu/run_ab.sh), and the contract's
@@ -13,6 +14,10 @@ case "${1:-check}" in
 check)
   timeout 300 "$B"/tf_kernel_contract > "$OUT/contract_f32.log" 2>&1 &
   timeout 300 "$B"/tf_kernel_contract --matmul-input bf16 > "$OUT/contract_bf16.log" 2>&1 &
+  # Again with every SM's shared memory poisoned before each launch: reads of unwritten shared
+  # memory turn into NaNs the gates catch.
+  TF_CUDA_POISON_SHARED=1 timeout 300 "$B"/tf_kernel_contract > "$OUT/contract_poison_f32.log" 2>&1 &
+  TF_CUDA_POISON_SHARED=1 timeout 300 "$B"/tf_kernel_contract --matmul-input bf16 > "$OUT/contract_poison_bf16.log" 2>&1 &
   TF_TEST_DEVICE=cuda timeout 300 "$B"/tf_tests --gtest_brief=1 \
     --gtest_filter='*MatmulInput*:*Golden*:*Invariance*:*Moe*:*WarmUp*:*Graph*' > "$OUT/tests_gpu.log" 2>&1 &
   MATMUL_INPUT=bf16 timeout 300 python3 tests/gpu/golden_gpu.py "$B"/tensorfold > "$OUT/golden_bf16.log" 2>&1 &

@@ -36,6 +36,45 @@ bool pdl_on() {
 
 namespace {
 
+// Fills the block's shared memory with all-ones words; volatile, so no store is dropped as unread.
+__global__ void poison_shared_kernel(int words) {
+  extern __shared__ uint32_t poison_words[];
+  volatile uint32_t* w = poison_words;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) w[i] = 0xffffffffu;
+}
+
+}  // namespace
+
+bool poison_shared_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_POISON_SHARED");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
+// One block of the most shared memory a block may take on each SM: at one block an SM, every SM
+// runs one. Skipped while the stream is captured, so a graph holds only the backend's kernels.
+void poison_shared() {
+  static const int2 shape = [] {
+    int dev = 0, bytes = 0, sms = 0;
+    TF_CUDA_CHECK(cudaGetDevice(&dev), "poison_shared: device");
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                  "poison_shared: shared memory per block");
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+                  "poison_shared: multiprocessor count");
+    TF_CUDA_CHECK(cudaFuncSetAttribute(poison_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                  "poison_shared: shared memory of ", bytes, " bytes");
+    return make_int2(bytes, sms);
+  }();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TF_CUDA_CHECK(cudaStreamIsCapturing(stream(), &status), "poison_shared: capture status");
+  if (status != cudaStreamCaptureStatusNone) return;
+  poison_shared_kernel<<<shape.y, 1024, static_cast<size_t>(shape.x), stream()>>>(shape.x / 4);
+}
+
+namespace {
+
 
 void* device_zeroed(uint64_t bytes, const char* what) {
   void* p = nullptr;

@@ -46,6 +46,12 @@ __device__ __forceinline__ void grid_launch_next() {
 #endif
 }
 
+// TF_CUDA_POISON_SHARED=1 (tests): before each launch outside a graphed round, every SM's shared
+// memory is filled with all-ones words (NaN as f32 and as bf16), so a kernel that reads shared
+// memory it never wrote fails its checks instead of passing on what the last kernel left there.
+bool poison_shared_on();
+void poison_shared();
+
 // A graphed round's record of its launches (cuda_graph.cu), set while one is recorded or replayed.
 struct LaunchLog;
 extern thread_local LaunchLog* tl_launch_log;
@@ -85,6 +91,7 @@ void launch_on_stream(bool overlap, void (*kernel)(P...), dim3 grid, dim3 block,
   cfg.stream = stream();
   cfg.attrs = attr;
   cfg.numAttrs = overlap && pdl_on() ? 1 : 0;
+  if (!tl_launch_log && poison_shared_on()) poison_shared();
   if (tl_launch_log) {
     std::tuple<P...> vals{static_cast<P>(args)...};
     launch_logged(*tl_launch_log, kernel, cfg, vals, std::index_sequence_for<P...>{});
