@@ -75,7 +75,6 @@ void poison_shared() {
 
 namespace {
 
-
 void* device_zeroed(uint64_t bytes, const char* what) {
   void* p = nullptr;
   TF_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(bytes, 1)), what, ": allocating ", bytes, " bytes");
