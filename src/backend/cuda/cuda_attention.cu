@@ -65,25 +65,24 @@ __global__ void kv_store_kernel(E* k_layer, E* v_layer, const float* k, const fl
 // Query row stride in shared memory for dims rounded to hd_pad: 4 mod 32.
 constexpr int q_stride_for(int hd_pad) { return (hd_pad + 31) / 32 * 32 + 4; }
 
-// Stages dims [dim0, dim0 + cw) of split positions [base, base + 64) of the kv head at column
-// head_off into dst (rows of stride floats); positions outside [lo, hi] and dims past head_dim
-// stage as 0, so masked products are exact zeros whatever the pool holds there. bf16 mode's pool
-// holds the values rounded as the products take them; they widen here.
+// Stages dims [dim0, dim0 + cw) of a split's keys, whose pool offsets fill_slots put in slot,
+// into dst (rows of stride floats); masked keys (slot -1) and dims past head_dim stage as 0, so
+// masked products are exact zeros whatever the pool holds there. bf16 mode's pool holds the
+// values rounded as the products take them; they widen here. A thread takes four dims of every
+// few keys, so the loop has no division.
 template <bool kLo>
-__device__ __forceinline__ void stage_split(float* dst, int stride, const void* pool,
-                                            const int32_t* pt, const AttnArgs& a, int base, int lo,
-                                            int hi, int64_t head_off, int dim0, int cw, bool vec) {
+__device__ __forceinline__ void stage_split(float* dst, int stride, const void* pool, const int64_t* slot, int hd,
+                                            int dim0, int cw, bool vec) {
   using E = Kv<kLo>;
   const E* src = static_cast<const E*>(pool);
-  const int c4 = cw / 4;
-  for (int e = threadIdx.x; e < kSplit * c4; e += kThreads) {
-    const int key = e / c4, d = 4 * (e % c4);
-    const int32_t pk = base + key;
+  const int c4 = cw / 4, kstep = kThreads / c4, d = 4 * (static_cast<int>(threadIdx.x) % c4);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * c4 ? static_cast<int>(threadIdx.x) / c4 : kSplit;
+  const int left = hd - dim0 - d;
+  for (int key = key0; key < kSplit; key += kstep) {
+    const int64_t off = slot[key];
     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (pk >= lo && pk <= hi) {
-      const int64_t slot = static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size;
-      const E* row = src + slot * a.kv_width + head_off + dim0 + d;
-      const int left = a.head_dim - dim0 - d;
+    if (off >= 0) {
+      const E* row = src + off + dim0 + d;
       if (vec && left >= 4) {
         if constexpr (kLo) {
           x = *reinterpret_cast<const float4*>(row);
@@ -119,6 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   float* ps = kvs + kSplit * kKs;             // [kPairs][kPs]: scores, then weights
   float* st = ps + kPairs * kPs;              // [kPairs][6]: a, b, l, mode, m, started
   int* rng = reinterpret_cast<int*>(st + 6 * kPairs);  // [kPairs][2]: first, pos (-1: padding)
+  int64_t* kslot = reinterpret_cast<int64_t*>(rng + 2 * kPairs);  // [kSplit]: the split's pool offsets
   const int g = a.items[2 * blockIdx.x], split = a.items[2 * blockIdx.x + 1];
   const int r0 = a.grp[g], nrows = a.grp[g + 1] - r0, hblocks = a.group / a.hpb;
   const int kvh = blockIdx.y / hblocks, h0 = kvh * a.group + (blockIdx.y % hblocks) * a.hpb;
@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
   for (int j = 0; j < kJ; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   for (int s = s_begin; s < s_end; ++s) {
     const int base = s * kSplit;
+    fill_slots<kThreads>(kslot, a, pt, lo, hi, head_off, s);  // the last split's V staging passed a barrier
     float sc[MT][4];
 #pragma unroll
     for (int t = 0; t < MT; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.0f;
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
       if (cw <= 0) break;
       __syncthreads();
-      stage_split<kLo>(kvs, kKs, a.k, pt, a, base, lo, hi, head_off, d0, cw, vec);
+      stage_split<kLo>(kvs, kKs, a.k, kslot, hd, d0, cw, vec);
       __syncthreads();
       if constexpr (kLo) {
         for (int kk = 0; kk < cw; kk += 8) {
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       const int d0 = c * kChunk, cw = min(kChunk, hdp - d0);
       if (cw <= 0) break;
       __syncthreads();
-      stage_split<kLo>(kvs, kKs, a.v, pt, a, base, lo, hi, head_off, d0, cw, vec);
+      stage_split<kLo>(kvs, kKs, a.v, kslot, hd, d0, cw, vec);
       __syncthreads();
 #pragma unroll
       for (int kk = 0; kk < kSplit; kk += kLo ? 8 : 16) {
@@ -353,7 +354,8 @@ static_assert(pairs_per_block(1) == kFlashPairs, "groups sized for the tile kern
 size_t attention_smem(int mt, int hd_pad) {
   const size_t pairs = 16 * static_cast<size_t>(mt);
   return (pairs * q_stride_for(hd_pad) + static_cast<size_t>(kSplit) * kKs + pairs * kPs + pairs * 8) *
-         sizeof(float);
+             sizeof(float) +
+         kSplit * sizeof(int64_t);
 }
 
 // TF_CUDA_FLASH=0 sends every group to the tile kernel, TF_CUDA_FLASH_SPLIT=0 only the

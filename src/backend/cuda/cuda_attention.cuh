@@ -186,17 +186,42 @@ __device__ __forceinline__ void load_a(const float* src, int ld, int lane, uint3
   split_tf32<kLo>(p[8 * ld + 4], ab[3], as[3]);
 }
 
-// Stages a block's q rows into qs (row stride ld): pair p is row r0 + p / hpb, head h0 + p % hpb;
-// dims past head_dim and pairs past P stage as 0. T: the block's threads.
+// Stages a block's q rows into qs (row stride ld, a multiple of 4): pair p is row r0 + p / hpb,
+// head h0 + p % hpb; dims past head_dim and pairs past P stage as 0. T: the block's threads, at
+// least hd_pad / 4. A thread takes four dims of every few pairs, so only the pair needs a division.
 template <int T, bool kLo>
 __device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0, int h0, int P, int pairs) {
-  const int hd = a.head_dim, hdp = a.hd_pad;
-  for (int e = threadIdx.x; e < pairs * hdp; e += T) {
-    const int p = e / hdp, d = e % hdp;
-    float x = 0.0f;
-    if (p < P && d < hd)
-      x = a.q[static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d];
-    qs[p * ld + d] = product_input<kLo>(x);
+  const int hd = a.head_dim, units = a.hd_pad / 4, pstep = T / units, d = 4 * (threadIdx.x % units);
+  const int p0 = static_cast<int>(threadIdx.x) < pstep * units ? static_cast<int>(threadIdx.x) / units : pairs;
+  for (int p = p0; p < pairs; p += pstep) {
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (p < P && d < hd) {
+      const float* src =
+          a.q + static_cast<int64_t>(r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(h0 + p % a.hpb) * hd + d;
+      if (d + 4 <= hd && (reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
+        x = *reinterpret_cast<const float4*>(src);
+      } else {
+        x.x = src[0];
+        x.y = d + 1 < hd ? src[1] : 0.0f;
+        x.z = d + 2 < hd ? src[2] : 0.0f;
+        x.w = d + 3 < hd ? src[3] : 0.0f;
+      }
+    }
+    *reinterpret_cast<float4*>(qs + p * ld + d) =
+        make_float4(product_input<kLo>(x.x), product_input<kLo>(x.y), product_input<kLo>(x.z), product_input<kLo>(x.w));
+  }
+}
+
+// Pool offsets (the kv head's column included) of keys s * kSplit.. into slot, -1 outside lo..hi
+// (keys of the sequence whose page list is pt), by T threads: one division a key, not an element.
+template <int T>
+__device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const int32_t* pt, int32_t lo, int32_t hi,
+                                           int64_t head_off, int s) {
+  for (int j = threadIdx.x; j < kSplit; j += T) {
+    const int32_t pk = s * kSplit + j;
+    slot[j] = pk >= lo && pk <= hi
+                  ? (static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width + head_off
+                  : -1;
   }
 }
 

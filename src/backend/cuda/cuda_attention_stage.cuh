@@ -34,13 +34,7 @@ __device__ __forceinline__ Item item_of(const Args& a, int g, int c) {
 // Pool offsets of split s's keys into slot (-1: outside lo..hi), by T threads.
 template <int T>
 __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const Item& it, int s) {
-  for (int j = threadIdx.x; j < kSplit; j += T) {
-    const int32_t pk = s * kSplit + j;
-    slot[j] = pk >= it.lo && pk <= it.hi
-                  ? (static_cast<int64_t>(it.pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width +
-                        it.head_off
-                  : -1;
-  }
+  fill_slots<T>(slot, a, it.pt, it.lo, it.hi, it.head_off, s);
 }
 
 // Stages split rows dst[key][0..hd_pad) (row stride ld) from the pool offsets in slot by cp.async
