@@ -28,26 +28,51 @@ constexpr int kRouteOneBlockRows = 64;  // rows one routing block takes (8 a war
 enum Slot { kIdx = kSlotMoe, kWeight, kOrder, kItems, kGate, kUp, kDown };
 static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has at most eight buffer slots");
 
+constexpr int kPerLane = kMaxExperts / 32;
+
 // One row's router scores into p (shared, the warp's own) by one warp: the sigmoid, or
 // softmax_row<kRouteThreads>'s bits. The block's max is a max in any order; its thread t summed
 // e[t], e[t + 256], ... and its tree added sh[t + s] into sh[t] for s = 128 .. 1, which the warp
-// plays with 8 sums a lane (t = lane + 32 j) and then shuffles.
+// plays with 8 sums a lane (t = lane + 32 j) and then shuffles. Lane l keeps experts l, l + 32, ...
+// in registers, loaded together.
 __device__ void route_scores(const float* l, int n, bool sigmoid, float* p) {
   const int lane = threadIdx.x % 32;
+  float e[kPerLane];
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    if (32 * t >= n) break;  // the same for every lane
+    e[t] = lane + 32 * t < n ? l[lane + 32 * t] : -INFINITY;
+  }
   if (sigmoid) {
-    for (int i = lane; i < n; i += 32) p[i] = sigmoid_f(l[i]);
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      if (32 * t >= n) break;
+      if (lane + 32 * t < n) p[lane + 32 * t] = sigmoid_f(e[t]);
+    }
     __syncwarp();
     return;
   }
   float mx = -INFINITY;
-  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, l[i]);
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    if (32 * t >= n) break;
+    mx = fmaxf(mx, e[t]);
+  }
   mx = warp_max(mx);
-  for (int i = lane; i < n; i += 32) p[i] = expf(l[i] - mx);
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    if (32 * t >= n) break;
+    e[t] = expf(e[t] - mx);
+  }
   float v[kRouteThreads / 32];
 #pragma unroll
   for (int j = 0; j < kRouteThreads / 32; ++j) {
     float s = 0.0f;
-    for (int i = lane + 32 * j; i < n; i += kRouteThreads) s = s + p[i];
+#pragma unroll
+    for (int t = j; t < kPerLane; t += kRouteThreads / 32) {
+      if (32 * t >= n) break;
+      if (lane + 32 * t < n) s = s + e[t];
+    }
     v[j] = s;
   }
 #pragma unroll
@@ -59,7 +84,11 @@ __device__ void route_scores(const float* l, int n, bool sigmoid, float* p) {
     if (lane < off) v[0] = __fadd_rn(v[0], o);
   }
   const float total = __shfl_sync(0xffffffffu, v[0], 0);
-  for (int i = lane; i < n; i += 32) p[i] = p[i] / total;
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    if (32 * t >= n) break;
+    if (lane + 32 * t < n) p[lane + 32 * t] = e[t] / total;
+  }
   __syncwarp();
 }
 
@@ -87,7 +116,6 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
 // The k best of experts 0..n-1 by one warp: lane l holds value(i) of i = l, l + 32, ... in
 // registers; k rounds of the warp's best allowed, not yet taken expert by ranks_before. Lane j < k
 // returns round j's expert (the others -1).
-constexpr int kPerLane = kMaxExperts / 32;
 template <class Value, class Allowed>
 __device__ int warp_pick(int n, int k, Value value, Allowed allowed) {
   const int lane = threadIdx.x % 32;
@@ -119,8 +147,9 @@ __device__ int warp_pick(int n, int k, Value value, Allowed allowed) {
 }
 
 // A row's k most probable experts (p: its probabilities) by one warp, ranked, into idx[0..k) and
-// w[0..k); the chosen probabilities are summed in rank order for the weights.
-__device__ void route_softmax_row(const float* p, int n, int k, bool norm, int32_t* idx, float* w) {
+// w[0..k); the chosen probabilities are summed in rank order for the weights. Lane j < k returns
+// the expert of rank j (the others -1).
+__device__ int route_softmax_row(const float* p, int n, int k, bool norm, int32_t* idx, float* w) {
   const int lane = threadIdx.x % 32;
   const int e =
       warp_pick(n, k, [&](int i) { return isnan(p[i]) ? -1.0f : p[i]; }, [](int) { return true; });
@@ -131,13 +160,15 @@ __device__ void route_softmax_row(const float* p, int n, int k, bool norm, int32
     idx[lane] = e;
     w[lane] = norm ? pe / ksum : pe;
   }
+  return e;
 }
 
 // A row's grouped sigmoid top-k (s: its scores), as topk_sigmoid_grouped, by one warp: lane l scores group l
 // (n_group <= 32) and holds experts l, l + 32, ...; every choice is the warp's best by the same
 // total order the serial form uses, and every lane sums the chosen scores in rank order. Every
-// lane stays to the end of the row, so the next row's shuffles start together.
-__device__ void route_sigmoid_row(const float* s, const float* bias, int n, int n_group, int topk_group,
+// lane stays to the end of the row, so the next row's shuffles start together. Returns as
+// route_softmax_row.
+__device__ int route_sigmoid_row(const float* s, const float* bias, int n, int n_group, int topk_group,
                                   int k, bool norm, float scale, int32_t* idx, float* w) {
   const int lane = threadIdx.x % 32;
   auto biased = [&](int i) { return bias ? s[i] + bias[i] : s[i]; };
@@ -172,6 +203,7 @@ __device__ void route_sigmoid_row(const float* s, const float* bias, int n, int 
     idx[lane] = e;
     w[lane] = (norm ? se / (sum + 1e-20f) : se) * scale;
   }
+  return e;
 }
 
 // Exclusive prefix sums of a[0..n) in place by the whole block (each thread a run of them, then
@@ -269,23 +301,26 @@ __global__ void moe_route_kernel(const float* logits, const float* bias, int row
                                  float* w, int32_t* order, int32_t* items, int32_t* n_items,
                                  bool lists) {
   extern __shared__ float scores[];
+  __shared__ int32_t few_idx[32];  // the pairs' experts when they number at most 32, for warp_lists
   grid_wait();
   grid_launch_next();
-  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int warps = static_cast<int>(blockDim.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const bool few = lists && rows * k <= 32;
   float* p = scores + static_cast<int64_t>(threadIdx.x / 32) * n;
   for (int r = static_cast<int>(blockIdx.x) * warps + static_cast<int>(threadIdx.x) / 32; r < rows;
        r += static_cast<int>(gridDim.x) * warps) {
     route_scores(logits + static_cast<int64_t>(r) * n, n, kSigmoid, p);
     int32_t* ir = idx + static_cast<int64_t>(r) * k;
     float* wr = w + static_cast<int64_t>(r) * k;
-    if (kSigmoid) route_sigmoid_row(p, bias, n, n_group, topk_group, k, norm, scale, ir, wr);
-    else route_softmax_row(p, n, k, norm, ir, wr);
+    const int e = kSigmoid ? route_sigmoid_row(p, bias, n, n_group, topk_group, k, norm, scale, ir, wr)
+                           : route_softmax_row(p, n, k, norm, ir, wr);
+    if (few && lane < k) few_idx[r * k + lane] = e;
     __syncwarp();  // the row's scores are read before the next row's overwrite them
   }
   if (!lists) return;
-  __syncthreads();  // the block's global writes of idx are seen by all its threads after this
-  if (rows * k <= 32) {
-    if (threadIdx.x < 32) warp_lists(idx, rows * k, order, items, n_items);
+  __syncthreads();  // the block's writes of idx are seen by all its threads after this
+  if (few) {
+    if (threadIdx.x < 32) warp_lists(few_idx, rows * k, order, items, n_items);
   } else {
     moe_lists(idx, rows * k, n, order, items, n_items);
   }
