@@ -62,7 +62,24 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
   float* x = is_q ? a.q + r * a.n_heads * hd + h * hd : a.k + r * kw + h * hd;
   const float* g = is_q ? a.qg : a.kg;
   float* s = buf[warp];
-  for (int i = lane; i < hd; i += 32) s[i] = x[i];
+  // The pool slot, the norm weights and the rotation's cos/sin load with x, not each after the
+  // step before.
+  const int64_t at = is_q ? 0 : a.slot[r] * kw + h * hd;
+  constexpr int kPer = kPrepMaxHeadDim / 32;
+  float gv[kPer], cv[kPer / 2], sv[kPer / 2];
+  const float* cr = a.cs ? a.cs + 2 * r * a.half : nullptr;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = lane + 32 * j;
+    gv[j] = g && i < hd ? g[i] : 0.0f;
+    if (j < kPer / 2) {
+      cv[j] = cr && i < a.half ? cr[i] : 0.0f;
+      sv[j] = cr && i < a.half ? cr[a.half + i] : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (lane + 32 * j < hd) s[lane + 32 * j] = x[lane + 32 * j];
   __syncwarp();
   if (g) {
     const int nc = hd / 4;
@@ -78,21 +95,24 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
     }
     const float inv = 1.0f / sqrtf(total / static_cast<float>(hd) + a.eps);
     __syncwarp();
-    for (int i = lane; i < hd; i += 32) s[i] = norm_elem(s[i], g[i], inv, a.add_one);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (lane + 32 * j < hd) s[lane + 32 * j] = norm_elem(s[lane + 32 * j], gv[j], inv, a.add_one);
     __syncwarp();
   }
-  if (a.cs) {
-    const float* cr = a.cs + 2 * r * a.half;
+  if (cr) {
     const int bstep = a.neox ? a.half : 1;
-    for (int i = lane; i < a.half; i += 32) {
+#pragma unroll
+    for (int j = 0; j < kPer / 2; ++j) {
+      const int i = lane + 32 * j;
+      if (i >= a.half) break;
       const int ia = a.neox ? i : 2 * i;
-      const float v0 = s[ia], v1 = s[ia + bstep], c = cr[i], sn = cr[a.half + i];
+      const float v0 = s[ia], v1 = s[ia + bstep], c = cv[j], sn = sv[j];
       s[ia] = __fsub_rn(__fmul_rn(v0, c), __fmul_rn(v1, sn));
       s[ia + bstep] = __fadd_rn(__fmul_rn(v1, c), __fmul_rn(v0, sn));
     }
     __syncwarp();
   }
-  const int64_t at = is_q ? 0 : a.slot[r] * kw + h * hd;
   void* pool = is_q ? nullptr
                : a.bf16 ? static_cast<void*>(static_cast<uint16_t*>(a.k_pool) + at)
                         : static_cast<float*>(a.k_pool) + at;
