@@ -211,6 +211,8 @@ class Backend {
   virtual uint64_t device_bytes_in_use() const { return 0; }
   // Memory of the device this backend computes on; 0 when it computes in host memory.
   virtual uint64_t device_memory_total() const { return 0; }
+  // What that device has free now, whoever holds the rest; 0 where not known or not a device.
+  virtual uint64_t device_memory_free() const { return 0; }
   // Bytes the backend may still allocate during rounds once warm_up_rounds has run: buffers whose
   // size grows with the context a round reads rather than its rows (0 where none do).
   virtual uint64_t round_growth_bound() const { return 0; }

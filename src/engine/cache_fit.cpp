@@ -49,6 +49,17 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
+DeviceLimit device_plan_limit(double share, uint64_t total, uint64_t in_use, uint64_t free_now) {
+  DeviceLimit d;
+  d.bytes = static_cast<uint64_t>(share * static_cast<double>(total));
+  if (free_now == 0) return d;
+  // Room for what the driver makes on the way (graphs, spill memory of kernels not yet launched).
+  const uint64_t margin = std::max<uint64_t>(256ull << 20, total / 100);
+  const uint64_t by_free = in_use + (free_now > margin ? free_now - margin : 0);
+  if (by_free < d.bytes) d.bytes = by_free, d.by_free = true;
+  return d;
+}
+
 std::string plan_host_memory(const HostPlanInput& in) {
   const uint64_t lanes = in.per_lane_bytes * static_cast<uint64_t>(in.lanes);
   const uint64_t need = in.footprint + in.host_cache_bytes + in.state_cache_bytes + in.request_bytes + lanes;

@@ -43,6 +43,15 @@ struct HostPlanInput {
 // Throws tf::Error naming the numbers when they pass the limit; else the line for the startup log.
 std::string plan_host_memory(const HostPlanInput& in);
 
+// What a server computing on a GPU may plan for: its share of the device's memory, but no more
+// than it uses now plus what the device has free less a margin, so memory another program (or the
+// driver) holds is never planned for. free_now 0: not known, the share alone.
+struct DeviceLimit {
+  uint64_t bytes = 0;
+  bool by_free = false;  // free memory, not the share, set it
+};
+DeviceLimit device_plan_limit(double share, uint64_t total, uint64_t in_use, uint64_t free_now);
+
 std::string format_bytes(uint64_t bytes);
 
 }  // namespace tf

@@ -122,8 +122,9 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   // A GPU backend makes some buffers on first use: the widest rounds make them now, so they count.
   if (device_total > 0) warm_up_rounds(*model_, *backend_, eo.lanes, eo.chunk, eo.page_size, ctx);
   // On a GPU the plan covers device memory; on the CPU the process's RAM.
-  in.limit = device_total > 0 ? static_cast<uint64_t>(opt_.memory_fraction * static_cast<double>(device_total))
-                              : host_limit();
+  const uint64_t device_free = device_total > 0 ? backend_->device_memory_free() : 0;
+  const DeviceLimit dl = device_plan_limit(opt_.memory_fraction, device_total, backend_->device_bytes_in_use(), device_free);
+  in.limit = device_total > 0 ? dl.bytes : host_limit();
   in.footprint = device_total > 0 ? backend_->device_bytes_in_use() + backend_->round_growth_bound()
                                   : process_memory().rss_bytes;
   const uint64_t kv_page_bytes = 2ull * static_cast<uint64_t>(std::max(1, model_->n_kv_layers())) * eo.page_size *
@@ -150,8 +151,18 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   const uint64_t host_cache = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
   // The host tier lives in host memory: the CPU's limit, or apart from a GPU's.
   in.host_cache_bytes = device_total > 0 ? 0 : host_cache;
-  MemoryPlan p = plan_memory(in);
+  MemoryPlan p;
+  try {
+    p = plan_memory(in);
+  } catch (const Error& e) {
+    if (!dl.by_free) throw;
+    fail(e.what(), " (the limit is what this process uses plus the ", format_bytes(device_free),
+         " the device had free, less a margin: other programs hold the rest)");
+  }
   if (device_total == 0) return p;
+  if (dl.by_free)
+    p.note += cat("; the limit is what this process uses plus the ", format_bytes(device_free),
+                  " the device had free (less a margin), below --memory-fraction's share");
   if (model_->state_floats() > 0) {
     // On a GPU the kept recurrent states live in host memory: one per cached chunk, within a quarter of RAM.
     const uint64_t marks = static_cast<uint64_t>(p.cache_pages) * static_cast<uint64_t>(eo.page_size) /

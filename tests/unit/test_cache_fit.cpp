@@ -97,4 +97,29 @@ TEST(CacheFit, HostMemoryOfAGpuServerCountsItsParts) {
   EXPECT_NO_THROW(plan_host_memory(in));
 }
 
+// A GPU's limit: the share of its memory, unless what is free says less (another program holds
+// memory); a free count of 0 means not known.
+TEST(CacheFit, DeviceLimitIsTheShareOrWhatIsFree) {
+  constexpr uint64_t GiB = 1ull << 30;
+  // Plenty free: the share (90 of 100 GiB).
+  DeviceLimit d = device_plan_limit(0.9, 100 * GiB, 60 * GiB, 39 * GiB);
+  EXPECT_EQ(d.bytes, 90 * GiB);
+  EXPECT_FALSE(d.by_free);
+  // 30 GiB held elsewhere: in use + free - the margin (1% of the device).
+  d = device_plan_limit(0.9, 100 * GiB, 60 * GiB, 10 * GiB);
+  EXPECT_EQ(d.bytes, 70 * GiB - GiB);
+  EXPECT_TRUE(d.by_free);
+  // Less free than the margin: only what is in use, so the planner refuses any lane.
+  d = device_plan_limit(0.9, 100 * GiB, 60 * GiB, GiB / 2);
+  EXPECT_EQ(d.bytes, 60 * GiB);
+  EXPECT_TRUE(d.by_free);
+  // The margin is at least 256 MiB on a small device.
+  d = device_plan_limit(1.0, 8 * GiB, 2 * GiB, 3 * GiB);
+  EXPECT_EQ(d.bytes, 5 * GiB - 256 * MiB);
+  // Free memory not known: the share alone.
+  d = device_plan_limit(0.5, 100 * GiB, 60 * GiB, 0);
+  EXPECT_EQ(d.bytes, 50 * GiB);
+  EXPECT_FALSE(d.by_free);
+}
+
 }  // namespace tf

@@ -463,4 +463,10 @@ uint64_t cuda::CudaBackend::device_memory_total() const {
   return static_cast<uint64_t>(total_b);
 }
 
+uint64_t cuda::CudaBackend::device_memory_free() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return static_cast<uint64_t>(free_b);
+}
+
 }  // namespace tf

@@ -107,6 +107,7 @@ class CudaBackend : public Backend {
                                       int head_dim) override;
   uint64_t device_bytes_in_use() const override { return blocks_.bytes_in_use(); }
   uint64_t device_memory_total() const override;
+  uint64_t device_memory_free() const override;
   uint64_t round_growth_bound() const override;
   double device_wait_seconds() const override { return static_cast<double>(wait_ns_.load()) * 1e-9; }
   void pin_host(void* p, uint64_t bytes) override;
