@@ -122,11 +122,11 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   // A GPU backend makes some buffers on first use: the widest rounds make them now, so they count.
   if (device_total > 0) warm_up_rounds(*model_, *backend_, eo.lanes, eo.chunk, eo.page_size, ctx);
   // On a GPU the plan covers device memory; on the CPU the process's RAM.
+  const uint64_t device_in_use = backend_->device_bytes_in_use();
   const uint64_t device_free = device_total > 0 ? backend_->device_memory_free() : 0;
-  const DeviceLimit dl = device_plan_limit(opt_.memory_fraction, device_total, backend_->device_bytes_in_use(), device_free);
+  const DeviceLimit dl = device_plan_limit(opt_.memory_fraction, device_total, device_in_use, device_free);
   in.limit = device_total > 0 ? dl.bytes : host_limit();
-  in.footprint = device_total > 0 ? backend_->device_bytes_in_use() + backend_->round_growth_bound()
-                                  : process_memory().rss_bytes;
+  in.footprint = device_total > 0 ? device_in_use + backend_->round_growth_bound() : process_memory().rss_bytes;
   const uint64_t kv_page_bytes = 2ull * static_cast<uint64_t>(std::max(1, model_->n_kv_layers())) * eo.page_size *
                                  model_->n_kv_heads() * model_->head_dim() * static_cast<uint64_t>(backend_->kv_value_bytes());
   in.page_bytes = kv_page_bytes;
