@@ -151,18 +151,17 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   const uint64_t host_cache = static_cast<uint64_t>(opt_.host_cache_gib * static_cast<double>(1ull << 30));
   // The host tier lives in host memory: the CPU's limit, or apart from a GPU's.
   in.host_cache_bytes = device_total > 0 ? 0 : host_cache;
+  const std::string by_free = cat("the limit is what this process uses plus the ", format_bytes(device_free),
+                                  " the device had free (less a margin)");
   MemoryPlan p;
   try {
     p = plan_memory(in);
   } catch (const Error& e) {
     if (!dl.by_free) throw;
-    fail(e.what(), " (the limit is what this process uses plus the ", format_bytes(device_free),
-         " the device had free, less a margin: other programs hold the rest)");
+    fail(e.what(), " (", by_free, ": other programs hold the rest)");
   }
   if (device_total == 0) return p;
-  if (dl.by_free)
-    p.note += cat("; the limit is what this process uses plus the ", format_bytes(device_free),
-                  " the device had free (less a margin), below --memory-fraction's share");
+  if (dl.by_free) p.note += cat("; ", by_free, ", below --memory-fraction's share");
   if (model_->state_floats() > 0) {
     // On a GPU the kept recurrent states live in host memory: one per cached chunk, within a quarter of RAM.
     const uint64_t marks = static_cast<uint64_t>(p.cache_pages) * static_cast<uint64_t>(eo.page_size) /
