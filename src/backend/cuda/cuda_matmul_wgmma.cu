@@ -278,9 +278,39 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
 
 // The tiles (rows x columns, warpgroups, stages); all compute the same chains. a: 128 x 128, two
 // warpgroups of 64 rows. b: 64 x 128, one warpgroup. c: 64 x 128, two warpgroups of 64 columns,
-// for 17..64 rows. Without x lo a stage is smaller, so a and b keep more of them in flight.
-constexpr int kTiles = 3;
-constexpr int kTileRows[kTiles] = {128, 64, 64}, kTileCols[kTiles] = {128, 128, 128};
+// for 17..64 rows. d (without x lo): 256 x 128, four warpgroups of 64 rows, half the operand
+// bytes a product of a. Without x lo a stage is smaller, so a and b keep more of them in flight.
+constexpr int kTiles = 4;
+constexpr int kTileRows[kTiles] = {128, 64, 64, 256}, kTileCols[kTiles] = {128, 128, 128, 128};
+
+// Whether M x N takes tile d rather than a: its waves of one block an SM, each block twice a's
+// work at about 1.1x a's rate, take less time (TF_CUDA_WG_WIDE=0|1: never or always, for
+// side-by-side timing).
+bool wide_tile(int64_t M, int64_t N) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_WG_WIDE");
+    return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  constexpr int64_t kSms = kTargetBlocks / 4;
+  const int64_t cols = (N + 127) / 128;
+  const int64_t wa = ((M + 127) / 128 * cols + kSms - 1) / kSms;
+  const int64_t wd = ((M + 255) / 256 * cols + kSms - 1) / kSms;
+  return 20 * wd < 11 * wa;
+}
+
+// Calls f with std::integral_constant<int, ST>, tile c's stages: six, so one block an SM keeps four
+// in flight, which streams the weights faster than two blocks of four stages (TF_CUDA_WG_C=4 for
+// side-by-side timing).
+template <class F>
+void with_c_stages(F f) {
+  static const bool four = [] {
+    const char* e = std::getenv("TF_CUDA_WG_C");
+    return e && std::string(e) == "4";
+  }();
+  if (four) f(std::integral_constant<int, 4>{});
+  else f(std::integral_constant<int, 6>{});
+}
 
 template <bool kGrid, bool kXLo>
 void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, const Tensor& x,
@@ -289,7 +319,16 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
   switch (cfg) {
     case 0: launch<2, 1, 128, kXLo ? 4 : 6, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be); break;
     case 1: launch<1, 1, 128, kXLo ? 6 : 8, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be); break;
-    default: launch<1, 2, 128, 4, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be); break;
+    case 3:
+      // With x lo a stage of 256 rows leaves room for two stages only: tile a instead.
+      if constexpr (kXLo) launch<2, 1, 128, 4, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be);
+      else launch<4, 1, 128, 4, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be);
+      break;
+    default:
+      with_c_stages([&](auto st) {
+        launch<1, 2, 128, decltype(st)::value, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be);
+      });
+      break;
   }
 }
 
@@ -306,7 +345,7 @@ int tile_env(const char* name) {
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                        Tensor y, const SplitArgs& sp) {
   if (w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16 || !wgmma_ready()) return false;
-  // TF_CUDA_WG_TILE=a..c forces a tile for every shape it takes; TF_CUDA_WG_FEW=a..c picks the
+  // TF_CUDA_WG_TILE=a..d forces a tile for every shape it takes; TF_CUDA_WG_FEW=a..d picks the
   // tile for 17..64 rows and =0 leaves those rows to the mma.sync tiles (side-by-side timing).
   static const int forced = tile_env("TF_CUDA_WG_TILE");
   static const int few = [] {
@@ -314,7 +353,7 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
     return v == -1 ? 2 : v;
   }();
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
-  const int cfg = forced >= 0 ? forced : M <= 64 ? few : 0;
+  const int cfg = forced >= 0 ? forced : M <= 64 ? few : !x_lo(be) && wide_tile(M, y.cols) ? 3 : 0;
   if (cfg < 0) return false;
   const int64_t tiles = ((M + kTileRows[cfg] - 1) / kTileRows[cfg]) *
                         ((y.cols + kTileCols[cfg] - 1) / kTileCols[cfg]);
@@ -400,8 +439,13 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
   const uint16_t* hi = split_x<true>(be, x, Kp);
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;
-    if (M <= 64) launch_multi_tile<1, 2, BN, 4, true, L>(be, hi, Kp, x, ma, tiles, slices);
-    else launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma, tiles, slices);
+    if (M <= 64) {
+      with_c_stages([&](auto st) {
+        launch_multi_tile<1, 2, BN, decltype(st)::value, true, L>(be, hi, Kp, x, ma, tiles, slices);
+      });
+    } else {
+      launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma, tiles, slices);
+    }
   });
 }
 
