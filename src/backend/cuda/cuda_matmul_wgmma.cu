@@ -284,7 +284,7 @@ constexpr int kTiles = 4;
 constexpr int kTileRows[kTiles] = {128, 64, 64, 256}, kTileCols[kTiles] = {128, 128, 128, 128};
 
 // Whether M x N takes tile d rather than a: its waves of one block an SM, each block twice a's
-// work at about 1.1x a's rate, take less time (TF_CUDA_WG_WIDE=0|1: never or always, for
+// work at up to 1.25x a's rate, take less time (TF_CUDA_WG_WIDE=0|1: never or always, for
 // side-by-side timing).
 bool wide_tile(int64_t M, int64_t N) {
   static const int forced = [] {
@@ -296,7 +296,7 @@ bool wide_tile(int64_t M, int64_t N) {
   const int64_t cols = (N + 127) / 128;
   const int64_t wa = ((M + 127) / 128 * cols + kSms - 1) / kSms;
   const int64_t wd = ((M + 255) / 256 * cols + kSms - 1) / kSms;
-  return 20 * wd < 11 * wa;
+  return 8 * wd < 5 * wa;
 }
 
 // Calls f with std::integral_constant<int, ST>, tile c's stages: six, so one block an SM keeps four
