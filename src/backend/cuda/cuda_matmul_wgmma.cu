@@ -16,8 +16,6 @@ namespace tf::cuda::mm {
 
 namespace {
 
-constexpr int kBK = kSwzRow;
-
 // Only the sm_90a device pass has wgmma; others never reference these.
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int N>
@@ -75,14 +73,15 @@ struct WgMulti {
   int n = 0;
 };
 
-// One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of kBK
-// positions [x hi | x lo | w] (no x lo without kXLo); warpgroup (i, j) owns rows 64 i .. 64 i + 63
+// One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of NA swizzle
+// rows of k each, [x hi | x lo | w] (no x lo without kXLo), each plane NA tiles of kSwzRow
+// positions one after the other; warpgroup (i, j) owns rows 64 i .. 64 i + 63
 // and the j-th BN / WN columns. kGrid: blockIdx.z is the slice and partials meet in sp.part;
 // otherwise the block walks every slice and folds each slice's chain into a running total as it
 // ends.
 // kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
 // column tiles of all of them, and blocks past an output's slices leave at once.
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true, int NA = 1>
 __global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
@@ -98,7 +97,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
     if (static_cast<int>(blockIdx.z) >= ma.sp[i].s) return;
     w = ma.w[i], bias = ma.bias[i], y = ma.y[i], N = ma.N[i], sp = ma.sp[i], tiles_x = ma.tiles[i];
   }
-  constexpr int BK = kBK, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
+  constexpr int BK = NA * kSwzRow, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
   constexpr int XP = kXLo ? 2 : 1, kStage = (XP * BM + BN) * BK;
   static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");
   extern __shared__ __align__(16) uint16_t smem_raw[];
@@ -125,7 +124,8 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   const int64_t xstride = static_cast<int64_t>(kXStep) * Kp;
   const int64_t wstride = static_cast<int64_t>(kWStep) * K;
   const int64_t xoff = (m0 + xr) * Kp + 8 * xc, woff = (n0 + wr) * K + 4 * wq;
-  const int wpos = 32 * (wq / 8) + 16 * (wq % 8 % 2) + 4 * (wq % 8 / 2);
+  const int wpos = 32 * (wq % 16 / 8) + 16 * (wq % 8 % 2) + 4 * (wq % 8 / 2);
+  const int wtile = wq / 16 * BN * kSwzRow, xtile = xc / 8 * BM * kSwzRow;
   auto load = [&](int t) {
     uint16_t* s = smem + (t % ST) * kStage;
     const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
@@ -137,14 +137,14 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       const int r = xr + (u % (BM / kXStep)) * kXStep;
       const bool ok = xin && m0 + r < M;
       const int64_t off = xoff + (u % (BM / kXStep)) * xstride + k0;
-      cp_async16(s + (lo ? BM * BK : 0) + swz_at(r, 8 * xc), (lo ? xl : xh) + (ok ? off : 0), ok);
+      cp_async16(s + (lo ? BM * BK : 0) + xtile + swz_at(r, 8 * (xc % 8)), (lo ? xl : xh) + (ok ? off : 0), ok);
     }
     uint16_t* sw = s + XP * BM * BK;
 #pragma unroll
     for (int u = 0; u < BN / kWStep; ++u) {
       const int n = wr + u * kWStep;
       const bool ok = win && n0 + n < N;
-      cp_async8(sw + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
+      cp_async8(sw + wtile + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
     }
   };
 #pragma unroll
@@ -173,21 +173,26 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       if (t + ST - 2 < tiles) load(t + ST - 2);
       cp_async_commit();
       const uint16_t* s = smem + (t % ST) * kStage;
-      const uint16_t *ah = s + 64 * wg * BK, *al = ah + BM * BK, *bw = s + (XP * BM + NB * wn) * BK;
+      const uint16_t *ah = s + 64 * wg * kSwzRow, *al = ah + BM * BK;
+      const uint16_t* bw = s + XP * BM * BK + NB * wn * kSwzRow;
       const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-      // Step j takes positions 16 j .. 16 j + 15; a chunk starting past the slice is not in the
-      // chain, so a stage whose second chunk is past it issues the first chunk's steps alone.
+      // Step j takes positions 16 j .. 16 j + 15 (of tile j / 4); a chunk starting past the slice is
+      // not in the chain, so a stage issues the steps of its chunks that start inside it.
       auto steps = [&](auto n) {
 #pragma unroll
         for (int j = 0; j < decltype(n)::value; ++j) {
-          const uint64_t db = swz_desc(bw + 16 * j);
-          wgmma_bf16<NB>(acc, swz_desc(ah + 16 * j), db);
-          if (kXLo) wgmma_bf16<NB>(acc, swz_desc(al + 16 * j), db);
+          const int xa = j / 4 * BM * kSwzRow + 16 * (j % 4);
+          const uint64_t db = swz_desc(bw + j / 4 * BN * kSwzRow + 16 * (j % 4));
+          wgmma_bf16<NB>(acc, swz_desc(ah + xa), db);
+          if (kXLo) wgmma_bf16<NB>(acc, swz_desc(al + xa), db);
         }
       };
-      if (k0 + 32 < kend) steps(std::integral_constant<int, BK / 16>{});
-      else steps(std::integral_constant<int, 2>{});
+      const int64_t left = kend - k0;
+      if (left > BK - 32) steps(std::integral_constant<int, BK / 16>{});
+      else if (NA == 1 || left <= 32) steps(std::integral_constant<int, 2>{});
+      else if (left <= 64) steps(std::integral_constant<int, 4>{});
+      else steps(std::integral_constant<int, 6>{});
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
@@ -261,16 +266,16 @@ bool wgmma_ready() {
 }
 
 // Shared-memory bytes of a tile's stages, with 1 KiB for aligning them to 1024 bytes.
-constexpr int wg_smem(int WG, int BN, int ST, bool xlo = true) {
-  return ST * ((xlo ? 2 : 1) * 64 * WG + BN) * kBK * 2 + 1024;
+constexpr int wg_smem(int WG, int BN, int ST, bool xlo = true, int NA = 1) {
+  return ST * ((xlo ? 2 : 1) * 64 * WG + BN) * kSwzRow * NA * 2 + 1024;
 }
 
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
 void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
   static bool raised = false;  // one attribute call per instantiation
-  constexpr int kSmem = wg_smem(WG, BN, ST, kXLo);
-  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo>;
+  constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
+  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo, NA>;
   const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
   launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, xh, xl, x.rows, x.cols, Kp,
                       static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{});
@@ -299,17 +304,20 @@ bool wide_tile(int64_t M, int64_t N) {
   return 8 * wd < 5 * wa;
 }
 
-// Calls f with std::integral_constant<int, ST>, tile c's stages: six, so one block an SM keeps four
-// in flight, which streams the weights faster than two blocks of four stages (TF_CUDA_WG_C=4 for
-// side-by-side timing).
-template <class F>
+// Calls f with std::integral_constant<int, ST> and <int, NA>, tile c's stages and swizzle rows of
+// k a stage: one block an SM, so more weight bytes are in flight than with two blocks of four
+// one-row stages; without x lo four stages of two rows, so each weight row is read in 256-byte
+// runs; with it six of one row (TF_CUDA_WG_C=4|6: four or six one-row stages, side-by-side timing).
+template <bool kXLo, class F>
 void with_c_stages(F f) {
-  static const bool four = [] {
+  using std::integral_constant;
+  static const int forced = [] {
     const char* e = std::getenv("TF_CUDA_WG_C");
-    return e && std::string(e) == "4";
+    return e && std::string(e) == "4" ? 4 : e && std::string(e) == "6" ? 6 : 0;
   }();
-  if (four) f(std::integral_constant<int, 4>{});
-  else f(std::integral_constant<int, 6>{});
+  if (forced == 4) f(integral_constant<int, 4>{}, integral_constant<int, 1>{});
+  else if (forced == 6 || kXLo) f(integral_constant<int, 6>{}, integral_constant<int, 1>{});
+  else f(integral_constant<int, 4>{}, integral_constant<int, 2>{});
 }
 
 template <bool kGrid, bool kXLo>
@@ -325,8 +333,8 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
       else launch<4, 1, 128, 4, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be);
       break;
     default:
-      with_c_stages([&](auto st) {
-        launch<1, 2, 128, decltype(st)::value, kGrid, kXLo>(hi, lo, Kp, x, w, bias, y, sp, be);
+      with_c_stages<kXLo>([&](auto st, auto na) {
+        launch<1, 2, 128, decltype(st)::value, kGrid, kXLo, decltype(na)::value>(hi, lo, Kp, x, w, bias, y, sp, be);
       });
       break;
   }
@@ -398,14 +406,14 @@ namespace {
 
 // One launch of the matmuls in ma: WG x WN warpgroups of BN columns; kGrid: slices as blocks
 // (partials carved from scratch), else each block folds its output's slices in place.
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
 void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Tensor& x, WgMulti& ma, unsigned tiles,
                        int slices) {
   const int64_t M = x.rows;
   if (kGrid) carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
   static bool raised = false;  // one attribute call per instantiation
-  constexpr int kSmem = wg_smem(WG, BN, ST, kXLo);
-  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo>;
+  constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
+  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo, NA>;
   if (!raised) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                   "matmul: shared memory limit");
@@ -440,8 +448,8 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;
     if (M <= 64) {
-      with_c_stages([&](auto st) {
-        launch_multi_tile<1, 2, BN, decltype(st)::value, true, L>(be, hi, Kp, x, ma, tiles, slices);
+      with_c_stages<L>([&](auto st, auto na) {
+        launch_multi_tile<1, 2, BN, decltype(st)::value, true, L, decltype(na)::value>(be, hi, Kp, x, ma, tiles, slices);
       });
     } else {
       launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma, tiles, slices);
