@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_matmul.cuh"
+#include "backend/cuda/wg_tile_rule.h"
 
 namespace tf::cuda::mm {
 
@@ -288,20 +289,15 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
 constexpr int kTiles = 4;
 constexpr int kTileRows[kTiles] = {128, 64, 64, 256}, kTileCols[kTiles] = {128, 128, 128, 128};
 
-// Whether M x N takes tile d rather than a: its waves of one block an SM, each block twice a's
-// work at up to 1.25x a's rate, take less time (TF_CUDA_WG_WIDE=0|1: never or always, for
-// side-by-side timing).
+// Whether M x N takes tile d rather than a (wg_tile_rule.h; TF_CUDA_WG_WIDE=0|1: never or always,
+// for side-by-side timing).
 bool wide_tile(int64_t M, int64_t N) {
   static const int forced = [] {
     const char* e = std::getenv("TF_CUDA_WG_WIDE");
     return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
   }();
   if (forced >= 0) return forced == 1;
-  constexpr int64_t kSms = kTargetBlocks / 4;
-  const int64_t cols = (N + 127) / 128;
-  const int64_t wa = ((M + 127) / 128 * cols + kSms - 1) / kSms;
-  const int64_t wd = ((M + 255) / 256 * cols + kSms - 1) / kSms;
-  return 8 * wd < 5 * wa;
+  return wide_tile_pays(M, N, kTargetBlocks / 4);
 }
 
 // Calls f with std::integral_constant<int, ST> and <int, NA>, tile c's stages and swizzle rows of
