@@ -11,8 +11,8 @@ int64_t waves(int64_t tiles) { return (tiles + kSms - 1) / kSms; }
 }  // namespace
 
 // Llama-3.1-8B's prefill shapes: at 4,096 rows every matmul takes the 256-row tile; at a 512-row
-// chunk gate and up (112 column tiles) do, while o and down (32 column tiles, one wave of 128-row
-// blocks) stay on the 128-row tile, which the 256-row one would leave half the SMs idle beside.
+// chunk gate and up (112 column tiles) do, while o and down (32 column tiles) stay on the 128-row
+// tile, whose 128 blocks fill one wave where the 256-row tile's 64 would leave half the SMs idle.
 TEST(WgTileRule, LlamaShapes) {
   for (const int64_t N : {1024, 4096, 14336}) EXPECT_TRUE(wide_tile_pays(4096, N, kSms)) << N;
   EXPECT_TRUE(wide_tile_pays(512, 14336, kSms));
