@@ -2,7 +2,8 @@
 # --matmul-input f32 against bf16 on the card, from prebuilt binaries in $BIN_DIR (default .gpubin):
 #   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes, plain and with shared
 #                                          memory poisoned (bf16's attention cases under every
-#                                          launch form too), the GPU model tests
+#                                          launch form, its matmul cases under the tile forms
+#                                          the defaults leave out), the GPU model tests
 #                                          (MatmulInput included) and the golden check in bf16
 #   tests/gpu/run_matmul_input.sh bench   prefill 4,096 and 512, decode at batch 1, 8 and 64, both
 #                                          modes interleaved (tests/gpu/run_ab.sh), and the contract's
@@ -27,6 +28,14 @@ check)
               "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1"; do
     echo "bf16 $form: $(env $form timeout 120 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
       grep -E 'SUMMARY|FAIL')" | tee -a "$OUT/contract_bf16_forms.log"
+  done
+  # The matmul cases on the tile forms the defaults reach only at large shapes or not at all: the
+  # 256-row tile everywhere, and tile c's one-row stages (four, as before, and six), plain and poisoned.
+  for form in "TF_CUDA_WG_WIDE=1" "TF_CUDA_WG_C=4" "TF_CUDA_WG_C=6"; do
+    for poison in 0 1; do
+      echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 120 "$B"/tf_kernel_contract \
+        --matmul-input bf16 --filter matmul 2>&1 | grep -E 'SUMMARY|FAIL')" | tee -a "$OUT/contract_bf16_forms.log"
+    done
   done
   grep -E "SUMMARY|FAIL|MISSED|ERROR" "$OUT"/contract_*.log | head -30
   tail -4 "$OUT/tests_gpu.log"; tail -3 "$OUT/golden_bf16.log" ;;
