@@ -6,8 +6,8 @@
 namespace tf::cuda::mm {
 
 // Whether the 256 x 128 tile (d) takes M x N rather than the 128 x 128 one (a) on `sms` SMs: its
-// waves of one block an SM, a block of d doing twice a's work at up to 1.25x a's rate, take less
-// time.
+// waves of one block an SM take less time, a block of d doing twice a's work and counted at 1.25x
+// a's rate.
 inline bool wide_tile_pays(int64_t M, int64_t N, int64_t sms) {
   const int64_t cols = (N + 127) / 128;
   const int64_t wa = ((M + 127) / 128 * cols + sms - 1) / sms;
