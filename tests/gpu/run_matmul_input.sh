@@ -23,20 +23,29 @@ check)
     --gtest_filter='*MatmulInput*:*Golden*:*Invariance*:*Moe*:*WarmUp*:*Graph*' > "$OUT/tests_gpu.log" 2>&1 &
   MATMUL_INPUT=bf16 timeout 300 python3 tests/gpu/golden_gpu.py "$B"/tensorfold > "$OUT/golden_bf16.log" 2>&1 &
   wait
-  # Every attention launch form in bf16 mode (run_checks.sh runs them at f32).
+  # Every attention launch form in bf16 mode (run_checks.sh runs them at f32), all at once.
+  i=0
   for form in "TF_CUDA_FLASH=0" "TF_CUDA_FLASH_SPLIT=1" "TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_FLASH_SPLIT=3" \
               "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1"; do
-    echo "bf16 $form: $(env $form timeout 120 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
-      grep -E 'SUMMARY|FAIL')" | tee -a "$OUT/contract_bf16_forms.log"
+    i=$((i + 1))
+    ( echo "bf16 $form: $(env $form timeout 200 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
+      grep -E 'SUMMARY|FAIL')" > "$OUT/form_a$i.txt" ) &
   done
-  # The matmul cases on the tile forms the defaults reach only at large shapes or not at all: the
-  # 256-row tile everywhere, and tile c's one-row stages (four, as before, and six), plain and poisoned.
-  for form in "TF_CUDA_WG_WIDE=1" "TF_CUDA_WG_C=4" "TF_CUDA_WG_C=6"; do
+  # The matmul cases on the tile forms the defaults reach only at large shapes or not at all, plain
+  # and poisoned: the 256-row tile everywhere, alone and with its running total in y; tile c's
+  # one-row stages (four, as before, and six); every tile's mma issue with its branches (as for K
+  # not a multiple of a stage) and every tile's copies from fixed places.
+  for form in "TF_CUDA_WG_WIDE=1" "TF_CUDA_WG_WIDE=1 TF_CUDA_WG_YTOT=1" "TF_CUDA_WG_C=4" "TF_CUDA_WG_C=6" \
+              "TF_CUDA_WG_FULL=0" "TF_CUDA_WG_FIXED=abcd"; do
     for poison in 0 1; do
-      echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 120 "$B"/tf_kernel_contract \
-        --matmul-input bf16 --filter matmul 2>&1 | grep -E 'SUMMARY|FAIL')" | tee -a "$OUT/contract_bf16_forms.log"
+      i=$((i + 1))
+      ( echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 200 "$B"/tf_kernel_contract \
+        --matmul-input bf16 --filter matmul 2>&1 | grep -E 'SUMMARY|FAIL')" > "$OUT/form_m$i.txt" ) &
     done
   done
+  wait
+  cat "$OUT"/form_a*.txt "$OUT"/form_m*.txt | tee "$OUT/contract_bf16_forms.log"
+  rm -f "$OUT"/form_a*.txt "$OUT"/form_m*.txt
   grep -E "SUMMARY|FAIL|MISSED|ERROR" "$OUT"/contract_*.log | head -30
   tail -4 "$OUT/tests_gpu.log"; tail -3 "$OUT/golden_bf16.log" ;;
 bench)

@@ -82,7 +82,12 @@ struct WgMulti {
 // ends.
 // kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
 // column tiles of all of them, and blocks past an output's slices leave at once.
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true, int NA = 1>
+// kFull: K is a multiple of the stage's k, so every stage holds whole steps of the chain and the
+// mma issue has no branch (which would make the compiler fence the accumulators at the join).
+// kYTot: the fold's running total lives in y, not in registers (with one slice it is never read).
+// kFixed (with kFull): each copy's row test and shared-memory place are set up once (fixed_copies).
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true, int NA = 1,
+          bool kFull = false, bool kYTot = false, bool kFixed = false>
 __global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
@@ -148,14 +153,44 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       cp_async8(sw + wtile + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
     }
   };
+  // kFull: every piece lies inside K, so a copy's row test and shared-memory place never change
+  // and a stage only moves the sources on by BK.
+  constexpr int kXN = XP * BM / kXStep, kXR = BM / kXStep, kWN = BN / kWStep;
+  static_assert(kXN <= 32 && kWN <= 32, "a copy's row test is one bit of a word");
+  uint32_t xmask = 0, wmask = 0;
+#pragma unroll
+  for (int u = 0; u < kXN; ++u) xmask |= (m0 + xr + (u % kXR) * kXStep < M ? 1u : 0u) << u;
+#pragma unroll
+  for (int u = 0; u < kWN; ++u) wmask |= (n0 + wr + u * kWStep < N ? 1u : 0u) << u;
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t xs0 = sbase + 2 * (xtile + swz_at(xr, 8 * (xc % 8)));
+  const uint32_t ws0 = sbase + 2 * (XP * BM * BK + wtile + swz_at(wr, wpos));
+  auto load_full = [&](int t) {
+    const uint32_t so = 2 * (t % ST) * kStage;
+    const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
+#pragma unroll
+    for (int u = 0; u < kXN; ++u) {
+      const bool lo = u >= kXR, ok = xmask >> u & 1;
+      const uint16_t* src = (lo ? xl : xh) + xoff + (u % kXR) * xstride + k0;
+      cp_async16_at(xs0 + so + 2 * ((lo ? BM * BK : 0) + (u % kXR) * kXStep * kSwzRow), ok ? src : xh, ok);
+    }
+#pragma unroll
+    for (int u = 0; u < kWN; ++u) {
+      const bool ok = wmask >> u & 1;
+      cp_async8_at(ws0 + so + 2 * u * kWStep * kSwzRow, ok ? w + woff + u * wstride + k0 : w, ok);
+    }
+  };
 #pragma unroll
   for (int t = 0; t < ST - 2; ++t) {
-    if (t < tiles) load(t);
+    if (t < tiles) {
+      if constexpr (kFull && kFixed) load_full(t);
+      else load(t);
+    }
     cp_async_commit();
   }
-  // The fold's running total: in registers with two warpgroups, in y with one (whose acc
-  // leaves no room for a second copy).
-  constexpr bool kRegTot = !kGrid && WG * WN >= 2;
+  // The fold's running total: in registers with two warpgroups or more, in y with one (whose acc
+  // leaves no room for a second copy) or with kYTot.
+  constexpr bool kRegTot = !kGrid && !kYTot && WG * WN >= 2;
   float acc[NB / 2], tot[kRegTot ? NB / 2 : 1];
 #pragma unroll
   for (int i = 0; i < NB / 2; ++i) acc[i] = 0.0f;
@@ -171,7 +206,10 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       // Stage t has landed, and every warpgroup has retired the mma of stage t - 2, which the
       // next copies refill.
       __syncthreads();
-      if (t + ST - 2 < tiles) load(t + ST - 2);
+      if (t + ST - 2 < tiles) {
+        if constexpr (kFull && kFixed) load_full(t + ST - 2);
+        else load(t + ST - 2);
+      }
       cp_async_commit();
       const uint16_t* s = smem + (t % ST) * kStage;
       const uint16_t *ah = s + 64 * wg * kSwzRow, *al = ah + BM * BK;
@@ -190,7 +228,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
         }
       };
       const int64_t left = kend - k0;
-      if (left > BK - 32) steps(std::integral_constant<int, BK / 16>{});
+      if (kFull || left > BK - 32) steps(std::integral_constant<int, BK / 16>{});
       else if (NA == 1 || left <= 32) steps(std::integral_constant<int, 2>{});
       else if (left <= 64) steps(std::integral_constant<int, 4>{});
       else steps(std::integral_constant<int, 6>{});
@@ -266,6 +304,57 @@ bool wgmma_ready() {
   return ready;
 }
 
+// Whether tile `letter` (a..d) sets its copies' places up once where its stages are full: the
+// 256-row tile, whose address work per copy competes with its running total for 128 registers
+// (TF_CUDA_WG_FIXED lists the tiles that do, for side-by-side timing).
+bool fixed_copies(char letter) {
+  static const std::string tiles = [] {
+    const char* e = std::getenv("TF_CUDA_WG_FIXED");
+    return std::string(e ? e : "d");
+  }();
+  return tiles.find(letter) != std::string::npos;
+}
+
+// The letter of the tile of WG x WN warpgroups (kTileRows and kTileCols below).
+constexpr char tile_letter(int WG, int WN) { return WG == 4 ? 'd' : WG == 2 ? 'a' : WN == 2 ? 'c' : 'b'; }
+
+// Calls f with std::bool_constant<K % (a stage's k) == 0>, wg_matmul's kFull (TF_CUDA_WG_FULL=0:
+// never, for side-by-side timing).
+template <int NA, class F>
+void with_full(int64_t K, F f) {
+  static const bool off = [] {
+    const char* e = std::getenv("TF_CUDA_WG_FULL");
+    return e && std::string(e) == "0";
+  }();
+  if (!off && K % (NA * kSwzRow) == 0) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+// Calls f with kFull's std::bool_constant (with_full) and kFixed's: fixed_copies(letter) where
+// the stages are full.
+template <int NA, class F>
+void with_full_fixed(int64_t K, char letter, F f) {
+  with_full<NA>(K, [&](auto full) {
+    if constexpr (decltype(full)::value) {
+      if (fixed_copies(letter)) f(full, std::true_type{});
+      else f(full, std::false_type{});
+    } else {
+      f(full, std::false_type{});
+    }
+  });
+}
+
+// Calls f with std::bool_constant<on>, or with false_type alone unless kForms.
+template <bool kForms, class F>
+void with_flag(bool on, F f) {
+  if constexpr (kForms) {
+    if (on) f(std::true_type{});
+    else f(std::false_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 // Shared-memory bytes of a tile's stages, with 1 KiB for aligning them to 1024 bytes.
 constexpr int wg_smem(int WG, int BN, int ST, bool xlo = true, int NA = 1) {
   return ST * ((xlo ? 2 : 1) * 64 * WG + BN) * kSwzRow * NA * 2 + 1024;
@@ -274,12 +363,24 @@ constexpr int wg_smem(int WG, int BN, int ST, bool xlo = true, int NA = 1) {
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
 void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
-  static bool raised = false;  // one attribute call per instantiation
   constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
-  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo, NA>;
-  const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
-  launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, xh, xl, x.rows, x.cols, Kp,
-                      static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{});
+  // Only the 256-row tile spills a running total in registers: with one slice it keeps none
+  // (TF_CUDA_WG_YTOT=1: the total in y at every split, for side-by-side timing).
+  constexpr bool kYTotForm = WG == 4 && !kGrid;
+  static const bool ytot = [] {
+    const char* e = std::getenv("TF_CUDA_WG_YTOT");
+    return e && std::string(e) == "1";
+  }();
+  with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed) {
+    with_flag<kYTotForm>(sp.s == 1 || ytot, [&](auto yt) {
+      static bool raised = false;  // one attribute call per instantiation
+      auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo, NA, decltype(full)::value, decltype(yt)::value,
+                            decltype(fixed)::value>;
+      const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
+      launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, xh, xl, x.rows, x.cols, Kp,
+                          static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{});
+    });
+  });
 }
 
 // The tiles (rows x columns, warpgroups, stages); all compute the same chains. a: 128 x 128, two
@@ -407,17 +508,19 @@ void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Te
                        int slices) {
   const int64_t M = x.rows;
   if (kGrid) carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
-  static bool raised = false;  // one attribute call per instantiation
   constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
-  auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo, NA>;
-  if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                  "matmul: shared memory limit");
-    raised = true;
-  }
-  const dim3 grid(tiles, static_cast<unsigned>((M + 64 * WG - 1) / (64 * WG)), kGrid ? static_cast<unsigned>(slices) : 1u);
-  launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, kXLo ? hi + M * Kp : nullptr, M, x.cols, Kp, nullptr,
-                      nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
+  with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed) {
+    static bool raised = false;  // one attribute call per instantiation
+    auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo, NA, decltype(full)::value, false, decltype(fixed)::value>;
+    if (!raised) {
+      TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                    "matmul: shared memory limit");
+      raised = true;
+    }
+    const dim3 grid(tiles, static_cast<unsigned>((M + 64 * WG - 1) / (64 * WG)), kGrid ? static_cast<unsigned>(slices) : 1u);
+    launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, kXLo ? hi + M * Kp : nullptr, M, x.cols, Kp, nullptr,
+                        nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
+  });
 }
 
 }  // namespace
