@@ -136,7 +136,9 @@ int cmd_bench(int argc, char** argv) {
   so.engine.chunk = chunk;
   auto s = open_session(so);
   const int32_t V = s->model->vocab_size();
-  run_prefill(*s->engine, V, 1, std::min(pp, 16), 7);  // warm-up: touch weights and scratch
+  // Warm-up: touches weights and scratch, and runs a chunk's kernels once, so their first launches
+  // (on a GPU, loading each kernel) fall outside the timed prefill.
+  run_prefill(*s->engine, V, 1, std::min(pp, chunk), 7);
   if (profile) s->backend->set_profiling(true);
   const auto report = [&](const char* phase, int b, int r, double tps, double tokens) {
     if (!profile) return;
