@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       cp_async8(sw + wtile + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
     }
   };
-  // kFull: every piece lies inside K, so a copy's row test and shared-memory place never change
-  // and a stage only moves the sources on by BK.
+  // With kFull every piece lies inside K, so (kFixed) a copy's row test and shared-memory place
+  // are set up once and a stage only moves the sources on by BK.
   constexpr int kXN = XP * BM / kXStep, kXR = BM / kXStep, kWN = BN / kWStep;
   static_assert(kXN <= 32 && kWN <= 32, "a copy's row test is one bit of a word");
   uint32_t xmask = 0, wmask = 0;
