@@ -132,22 +132,24 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   const int64_t xoff = (m0 + xr) * Kp + 8 * xc, woff = (n0 + wr) * K + 4 * wq;
   const int wpos = 32 * (wq % 16 / 8) + 16 * (wq % 8 % 2) + 4 * (wq % 8 / 2);
   const int wtile = wq / 16 * BN * kSwzRow, xtile = xc / 8 * BM * kSwzRow;
+  // A thread's copies a stage: kXN of x (kXR rows of each plane), kWN of w.
+  constexpr int kXN = XP * BM / kXStep, kXR = BM / kXStep, kWN = BN / kWStep;
   auto load = [&](int t) {
     uint16_t* s = smem + (t % ST) * kStage;
     const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
     // K % 8 == 0: a piece is all inside K or all past it.
     const bool xin = k0 + 8 * xc < Kp, win = k0 + 4 * wq < K;
 #pragma unroll
-    for (int u = 0; u < XP * BM / kXStep; ++u) {
-      const bool lo = u >= BM / kXStep;
-      const int r = xr + (u % (BM / kXStep)) * kXStep;
+    for (int u = 0; u < kXN; ++u) {
+      const bool lo = u >= kXR;
+      const int r = xr + (u % kXR) * kXStep;
       const bool ok = xin && m0 + r < M;
-      const int64_t off = xoff + (u % (BM / kXStep)) * xstride + k0;
+      const int64_t off = xoff + (u % kXR) * xstride + k0;
       cp_async16(s + (lo ? BM * BK : 0) + xtile + swz_at(r, 8 * (xc % 8)), (lo ? xl : xh) + (ok ? off : 0), ok);
     }
     uint16_t* sw = s + XP * BM * BK;
 #pragma unroll
-    for (int u = 0; u < BN / kWStep; ++u) {
+    for (int u = 0; u < kWN; ++u) {
       const int n = wr + u * kWStep;
       const bool ok = win && n0 + n < N;
       cp_async8(sw + wtile + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
@@ -155,7 +157,6 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   };
   // With kFull every piece lies inside K, so (kFixed) a copy's row test and shared-memory place
   // are set up once and a stage only moves the sources on by BK.
-  constexpr int kXN = XP * BM / kXStep, kXR = BM / kXStep, kWN = BN / kWStep;
   static_assert(kXN <= 32 && kWN <= 32, "a copy's row test is one bit of a word");
   uint32_t xmask = 0, wmask = 0;
 #pragma unroll
@@ -308,41 +309,18 @@ bool wgmma_ready() {
 // 256-row tile, whose address work per copy competes with its running total for 128 registers
 // (TF_CUDA_WG_FIXED lists the tiles that do, for side-by-side timing).
 bool fixed_copies(char letter) {
-  static const std::string tiles = [] {
+  static const unsigned tiles = [] {  // bit i: tile 'a' + i
     const char* e = std::getenv("TF_CUDA_WG_FIXED");
-    return std::string(e ? e : "d");
+    unsigned bits = 0;
+    for (const char* c = e ? e : "d"; *c; ++c)
+      if (*c >= 'a' && *c <= 'z') bits |= 1u << (*c - 'a');
+    return bits;
   }();
-  return tiles.find(letter) != std::string::npos;
+  return tiles >> (letter - 'a') & 1u;
 }
 
 // The letter of the tile of WG x WN warpgroups (kTileRows and kTileCols below).
 constexpr char tile_letter(int WG, int WN) { return WG == 4 ? 'd' : WG == 2 ? 'a' : WN == 2 ? 'c' : 'b'; }
-
-// Calls f with std::bool_constant<K % (a stage's k) == 0>, wg_matmul's kFull (TF_CUDA_WG_FULL=0:
-// never, for side-by-side timing).
-template <int NA, class F>
-void with_full(int64_t K, F f) {
-  static const bool off = [] {
-    const char* e = std::getenv("TF_CUDA_WG_FULL");
-    return e && std::string(e) == "0";
-  }();
-  if (!off && K % (NA * kSwzRow) == 0) f(std::true_type{});
-  else f(std::false_type{});
-}
-
-// Calls f with kFull's std::bool_constant (with_full) and kFixed's: fixed_copies(letter) where
-// the stages are full.
-template <int NA, class F>
-void with_full_fixed(int64_t K, char letter, F f) {
-  with_full<NA>(K, [&](auto full) {
-    if constexpr (decltype(full)::value) {
-      if (fixed_copies(letter)) f(full, std::true_type{});
-      else f(full, std::false_type{});
-    } else {
-      f(full, std::false_type{});
-    }
-  });
-}
 
 // Calls f with std::bool_constant<on>, or with false_type alone unless kForms.
 template <bool kForms, class F>
@@ -353,6 +331,26 @@ void with_flag(bool on, F f) {
   } else {
     f(std::false_type{});
   }
+}
+
+// Calls f with std::bool_constant<K % (a stage's k) == 0>, wg_matmul's kFull (TF_CUDA_WG_FULL=0:
+// never, for side-by-side timing).
+template <int NA, class F>
+void with_full(int64_t K, F f) {
+  static const bool off = [] {
+    const char* e = std::getenv("TF_CUDA_WG_FULL");
+    return e && std::string(e) == "0";
+  }();
+  with_flag<true>(!off && K % (NA * kSwzRow) == 0, f);
+}
+
+// Calls f with kFull's std::bool_constant (with_full) and kFixed's: fixed_copies(letter) where
+// the stages are full.
+template <int NA, class F>
+void with_full_fixed(int64_t K, char letter, F f) {
+  with_full<NA>(K, [&](auto full) {
+    with_flag<decltype(full)::value>(fixed_copies(letter), [&](auto fixed) { f(full, fixed); });
+  });
 }
 
 // Shared-memory bytes of a tile's stages, with 1 KiB for aligning them to 1024 bytes.

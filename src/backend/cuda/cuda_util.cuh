@@ -218,26 +218,23 @@ __device__ __forceinline__ float2 kv_get2(uint32_t w) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
-// 16 bytes by cp.async, past L1; zero-filled when !valid.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
-}
-
-// 8 bytes by cp.async (through L1: cg takes only 16); zero-filled when !valid.
-__device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int n = valid ? 8 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(n));
-}
-
-// cp_async16 and cp_async8 to a shared-memory address already in the shared window.
+// 16 bytes by cp.async to a shared-memory address in the shared window, past L1; zero-filled
+// when !valid.
 __device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
+
+// 8 bytes the same way (through L1: cg takes only 16).
 __device__ __forceinline__ void cp_async8_at(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  cp_async16_at(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, valid);
+}
+
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
+  cp_async8_at(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
