@@ -165,63 +165,111 @@ __device__ __forceinline__ void zero_acc(float (&acc)[TM][TN][4]) {
 }
 
 // After a block stored its partials: true in the block that arrived last at its tile, which
-// then resets the counter for the next launch.
+// then resets the counter for the next launch. One thread releases after the barrier (a fence is
+// cumulative over the stores the barrier ordered before it, as in cooperative groups' grid sync),
+// so the other warps need not wait for their stores to land; acq_rel is all the handoff needs.
 __device__ __forceinline__ bool arrive_last(unsigned* counter, int slices) {
   __shared__ unsigned ticket;
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(counter, 1u);
-  __syncthreads();
-  const bool last = ticket == static_cast<unsigned>(slices - 1);
-  if (last) {
-    __threadfence();
-    if (threadIdx.x == 0) *counter = 0;
+  if (threadIdx.x == 0) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    ticket = atomicAdd(counter, 1u);
+    if (ticket == static_cast<unsigned>(slices - 1)) {
+      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+      *counter = 0;
+    }
   }
-  return last;
+  __syncthreads();
+  return ticket == static_cast<unsigned>(slices - 1);
 }
 
-// Sums the slices' partials of rows [m0, m0 + rows) x columns [n0, n0 + cols) in slice order.
-// Partials are [s][P][N] with P = M, or with rowmap the row p of row r is rowmap[r] (of P).
-// A thread takes kE elements a pass and loads up to 8 slices of each before adding them in
-// order, so up to 8 kE loads are in flight instead of one.
-__device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, int64_t N,
-                                              int64_t m0, int rows, int64_t n0, int cols,
-                                              const float* __restrict__ bias, float* __restrict__ y,
-                                              const int32_t* rowmap = nullptr, int64_t P = 0) {
-  constexpr int kE = 4;
-  if (!rowmap) P = M;
-  const int n = rows * cols, step = static_cast<int>(blockDim.x);
+// Stores a row's values at columns c, c + 1 (c even; the second only below N): one 8-byte store
+// where N is even and row 8-byte aligned.
+__device__ __forceinline__ void store_pair(float* row, int64_t c, int64_t N, float v0, float v1) {
+  if (c + 1 < N && N % 2 == 0 && reinterpret_cast<uintptr_t>(row) % 8 == 0) {
+    *reinterpret_cast<float2*>(row + c) = make_float2(v0, v1);
+  } else {
+    if (c < N) row[c] = v0;
+    if (c + 1 < N) row[c + 1] = v1;
+  }
+}
+
+// One pass shape of reduce_slices: kV consecutive columns an element (a float4 where kV == 4),
+// kE elements a thread a pass, up to kU slices loaded before they are added in order.
+template <int kV, int kE, int kU>
+__device__ __forceinline__ void reduce_slices_by(const SplitArgs& sp, int64_t M, int64_t N, int64_t P,
+                                                 int64_t m0, int rows, int64_t n0, int cols,
+                                                 const float* __restrict__ bias, float* __restrict__ y,
+                                                 const int32_t* rowmap) {
+  using V = std::conditional_t<kV == 4, float4, float>;
+  const auto load = [](const float* p) {
+    if constexpr (kV == 4) return __ldcg(reinterpret_cast<const float4*>(p));
+    else return __ldcg(p);
+  };
+  const auto add = [](V& t, const V& v) {
+    if constexpr (kV == 4) {
+      t.x = __fadd_rn(t.x, v.x), t.y = __fadd_rn(t.y, v.y), t.z = __fadd_rn(t.z, v.z), t.w = __fadd_rn(t.w, v.w);
+    } else {
+      t = __fadd_rn(t, v);
+    }
+  };
+  const int cv = cols / kV, n = rows * cv, step = static_cast<int>(blockDim.x);
   for (int i0 = threadIdx.x; i0 < n; i0 += kE * step) {
     int64_t at[kE];  // element e's offset in a slice's partials, -1 where it is not one
-    float t[kE];
+    V t[kE];
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       const int i = i0 + e * step;
-      const int64_t r = m0 + i / cols, c = n0 + i % cols;
+      const int64_t r = m0 + i / cv, c = n0 + static_cast<int64_t>(i % cv) * kV;
       at[e] = -1;
       if (i < n && r < M && c < N) at[e] = (rowmap ? rowmap[r] : r) * N + c;
-      t[e] = at[e] >= 0 ? __ldcg(sp.part + at[e]) : 0.0f;
+      t[e] = at[e] >= 0 ? load(sp.part + at[e]) : V{};
     }
-    for (int s = 1; s < sp.s; s += 8) {
-      float v[kE][8];
+    for (int s = 1; s < sp.s; s += kU) {
+      V v[kE][kU];
 #pragma unroll
       for (int e = 0; e < kE; ++e)
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
-          v[e][u] = at[e] >= 0 && s + u < sp.s ? __ldcg(sp.part + (s + u) * P * N + at[e]) : 0.0f;
+        for (int u = 0; u < kU; ++u)
+          v[e][u] = at[e] >= 0 && s + u < sp.s ? load(sp.part + (s + u) * P * N + at[e]) : V{};
 #pragma unroll
       for (int e = 0; e < kE; ++e)
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
-          if (s + u < sp.s) t[e] = __fadd_rn(t[e], v[e][u]);
+        for (int u = 0; u < kU; ++u)
+          if (s + u < sp.s) add(t[e], v[e][u]);
     }
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
       if (at[e] < 0) continue;
       const int64_t c = at[e] % N;
-      y[at[e]] = bias ? __fadd_rn(t[e], bias[c]) : t[e];
+      if constexpr (kV == 4) {
+        if (bias) t[e].x = __fadd_rn(t[e].x, bias[c]), t[e].y = __fadd_rn(t[e].y, bias[c + 1]),
+                  t[e].z = __fadd_rn(t[e].z, bias[c + 2]), t[e].w = __fadd_rn(t[e].w, bias[c + 3]);
+        *reinterpret_cast<float4*>(y + at[e]) = t[e];
+      } else {
+        y[at[e]] = bias ? __fadd_rn(t[e], bias[c]) : t[e];
+      }
     }
   }
+}
+
+// Sums the slices' partials of rows [m0, m0 + rows) x columns [n0, n0 + cols) in slice order.
+// Partials are [s][P][N] with P = M, or with rowmap the row p of row r is rowmap[r] (of P).
+// With kVec, where columns come in aligned fours, a thread adds float4s (four a pass with their
+// slices loaded at once, or one a pass with up to 16 where slices are many); else single floats,
+// four a pass with eight slices. Either way each element's adds run in slice order, so the bits
+// are the same. The few-row kernels pass kVec false: their tiles hold a row or a few.
+template <bool kVec = true>
+__device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, int64_t N,
+                                              int64_t m0, int rows, int64_t n0, int cols,
+                                              const float* __restrict__ bias, float* __restrict__ y,
+                                              const int32_t* rowmap = nullptr, int64_t P = 0) {
+  if (!rowmap) P = M;
+  const bool vec = kVec && N % 4 == 0 && n0 % 4 == 0 && cols % 4 == 0 &&
+                   (reinterpret_cast<uintptr_t>(sp.part) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  if (vec && sp.s <= 5) reduce_slices_by<4, 4, 4>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
+  else if (vec) reduce_slices_by<4, 1, 16>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
+  else reduce_slices_by<1, 4, 8>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
 }
 
 // hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is

@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       else y[pr * N + c] = bias ? __fadd_rn(acc[j][e], bias[c]) : acc[j][e];
     }
   if (partial && arrive_last(sp.counters + tile, sp.s))
-    reduce_slices(sp, M, N, 0, static_cast<int>(M), n0, BN, bias, y, rowmap, P);
+    reduce_slices<false>(sp, M, N, 0, static_cast<int>(M), n0, BN, bias, y, rowmap, P);
 }
 
 // Whether launches of up to 8 rows preload each next step's x (TF_CUDA_SKINNY_PREX=0: never, for

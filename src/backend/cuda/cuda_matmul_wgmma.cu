@@ -266,11 +266,20 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   }
   if (!kGrid) return;
   const bool partial = sp.s > 1;
-  for_each_acc<1, NB / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
-    if (r >= M || c >= N) return;
-    if (partial) sp.part[(static_cast<int64_t>(blockIdx.z) * M + r) * N + c] = acc[4 * j + e];
-    else y[r * N + c] = bias ? __fadd_rn(acc[4 * j + e], bias[c]) : acc[4 * j + e];
-  });
+  float* out = partial ? sp.part + static_cast<int64_t>(blockIdx.z) * M * N : y;
+#pragma unroll
+  for (int j = 0; j < NB / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = r0 + 8 * h, c = c0 + 8 * j;
+      if (r >= M || c >= N) continue;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (!partial && bias) {
+        v0 = __fadd_rn(v0, bias[c]);
+        if (c + 1 < N) v1 = __fadd_rn(v1, bias[c + 1]);
+      }
+      store_pair(out + r * N, c, N, v0, v1);
+    }
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
   if (partial && arrive_last(sp.counters + blockIdx.y * tiles_x + bx, sp.s))
     reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
