@@ -110,13 +110,18 @@ inline SplitArgs split_for(int64_t K, int64_t N) {
   return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr, false};
 }
 
-// The k range [kbeg, kend) a tile kernel's block covers: the slice blockIdx.z with kGrid, else
-// all of K.
+// The k range [kbeg, kend) a tile kernel's block covers: slice z (blockIdx.z unless the kernel
+// maps its blocks itself) with kGrid, else all of K.
+template <bool kGrid>
+__device__ __forceinline__ void slice_range(const SplitArgs& sp, int64_t K, int64_t& kbeg,
+                                            int64_t& kend, unsigned z) {
+  kbeg = kGrid ? static_cast<int64_t>(z) * sp.ks : 0;
+  kend = kGrid && kbeg + sp.ks < K ? kbeg + sp.ks : K;
+}
 template <bool kGrid>
 __device__ __forceinline__ void slice_range(const SplitArgs& sp, int64_t K, int64_t& kbeg,
                                             int64_t& kend) {
-  kbeg = kGrid ? static_cast<int64_t>(blockIdx.z) * sp.ks : 0;
-  kend = kGrid && kbeg + sp.ks < K ? kbeg + sp.ks : K;
+  slice_range<kGrid>(sp, K, kbeg, kend, blockIdx.z);
 }
 
 __device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {

@@ -70,6 +70,7 @@ struct WgMulti {
   float* y[kWgMulti];
   int64_t N[kWgMulti];
   unsigned tiles[kWgMulti];
+  unsigned blocks[kWgMulti];  // tiles times the slices that run as blocks
   SplitArgs sp[kWgMulti];
   int n = 0;
 };
@@ -81,7 +82,8 @@ struct WgMulti {
 // otherwise the block walks every slice and folds each slice's chain into a running total as it
 // ends.
 // kMulti: the launch runs ma's matmuls of one x, each on its own split; blockIdx.x counts the
-// column tiles of all of them, and blocks past an output's slices leave at once.
+// blocks of all of them (output i's after i - 1's; within one, column tiles then slices), so no
+// block is launched for a slice an output does not have.
 // kFull: K is a multiple of the stage's k, so every stage holds whole steps of the chain and the
 // mma issue has no branch (which would make the compiler fence the accumulators at the join).
 // kYTot: the fold's running total lives in y, not in registers (with one slice it is never read).
@@ -96,12 +98,12 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
-  unsigned bx = blockIdx.x, tiles_x = gridDim.x;
+  unsigned bx = blockIdx.x, bz = blockIdx.z, tiles_x = gridDim.x;
   if constexpr (kMulti) {
     int i = 0;
-    while (i + 1 < ma.n && bx >= ma.tiles[i]) bx -= ma.tiles[i], ++i;
-    if (static_cast<int>(blockIdx.z) >= ma.sp[i].s) return;
+    while (i + 1 < ma.n && bx >= ma.blocks[i]) bx -= ma.blocks[i], ++i;
     w = ma.w[i], bias = ma.bias[i], y = ma.y[i], N = ma.N[i], sp = ma.sp[i], tiles_x = ma.tiles[i];
+    bz = bx / tiles_x, bx %= tiles_x;
   }
   constexpr int BK = NA * kSwzRow, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
   constexpr int XP = kXLo ? 2 : 1, kStage = (XP * BM + BN) * BK;
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   const int64_t n0 = static_cast<int64_t>(bx) * BN;
   const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + NB * wn + 2 * (lane % 4);
   int64_t kbeg, kend;
-  slice_range<kGrid>(sp, K, kbeg, kend);
+  slice_range<kGrid>(sp, K, kbeg, kend, bz);
   const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
   // Copies stage t: x planes by 16 bytes (already in step order), w by 8 bytes (k 8 j + 4 s .. + 3
   // of a chunk goes to its step s, position 16 s + 4 j); past M, N or K is zero-filled. A thread
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   }
   if (!kGrid) return;
   const bool partial = sp.s > 1;
-  float* out = partial ? sp.part + static_cast<int64_t>(blockIdx.z) * M * N : y;
+  float* out = partial ? sp.part + static_cast<int64_t>(bz) * M * N : y;
 #pragma unroll
   for (int j = 0; j < NB / 8; ++j)
 #pragma unroll
@@ -511,10 +513,14 @@ namespace {
 // One launch of the matmuls in ma: WG x WN warpgroups of BN columns; kGrid: slices as blocks
 // (partials carved from scratch), else each block folds its output's slices in place.
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
-void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Tensor& x, WgMulti& ma, unsigned tiles,
-                       int slices) {
+void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Tensor& x, WgMulti& ma) {
   const int64_t M = x.rows;
   if (kGrid) carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
+  unsigned blocks = 0;
+  for (int i = 0; i < ma.n; ++i) {
+    ma.blocks[i] = ma.tiles[i] * (kGrid ? static_cast<unsigned>(ma.sp[i].s) : 1u);
+    blocks += ma.blocks[i];
+  }
   constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
   with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed) {
     static bool raised = false;  // one attribute call per instantiation
@@ -524,7 +530,7 @@ void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Te
                     "matmul: shared memory limit");
       raised = true;
     }
-    const dim3 grid(tiles, static_cast<unsigned>((M + 64 * WG - 1) / (64 * WG)), kGrid ? static_cast<unsigned>(slices) : 1u);
+    const dim3 grid(blocks, static_cast<unsigned>((M + 64 * WG - 1) / (64 * WG)));
     launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, kXLo ? hi + M * Kp : nullptr, M, x.cols, Kp, nullptr,
                         nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
   });
@@ -540,25 +546,21 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
   const int64_t M = x.rows, K = x.cols, Kp = (K + 31) / 32 * 32;
   WgMulti ma{};  // unused outputs zero, so a graphed round's arguments compare equal
   ma.n = static_cast<int>(ws.size());
-  unsigned tiles = 0;
-  int slices = 1;
   for (int i = 0; i < ma.n; ++i) {
     ma.w[i] = static_cast<const uint16_t*>(ws[i]->data);
     ma.bias[i] = biases[i], ma.y[i] = ys[i].data, ma.N[i] = ys[i].cols;
     ma.tiles[i] = static_cast<unsigned>((ma.N[i] + BN - 1) / BN);
     ma.sp[i] = many_rows_split(K, ma.N[i]);
-    tiles += ma.tiles[i];
-    slices = std::max(slices, ma.sp[i].s);
   }
   const uint16_t* hi = split_x<true>(be, x, Kp);
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;
     if (M <= 64) {
       with_c_stages<L>([&](auto st, auto na) {
-        launch_multi_tile<1, 2, BN, decltype(st)::value, true, L, decltype(na)::value>(be, hi, Kp, x, ma, tiles, slices);
+        launch_multi_tile<1, 2, BN, decltype(st)::value, true, L, decltype(na)::value>(be, hi, Kp, x, ma);
       });
     } else {
-      launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma, tiles, slices);
+      launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma);
     }
   });
 }
