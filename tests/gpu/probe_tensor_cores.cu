@@ -127,7 +127,7 @@ __device__ void by_wgmma(const uint16_t* A, const uint16_t* B, const float* C, f
   __syncthreads();
 }
 
-// Outputs per trial: 0 natural mma.sync, 1 the order rule's interleave, 2 a random slot order,
+// Outputs per trial: 0 natural mma.sync, 1 the order rule's slots, 2 a random slot order,
 // 3 wgmma n8, 4 wgmma n8 with lbo/sbo swapped, 5 wgmma n16 (columns 0..7 are the trial's),
 // 6 mma.sync with the roles swapped ([8][64]).
 constexpr int kOuts = 7;
@@ -196,12 +196,12 @@ int main() {
   }
   std::vector<int> perms(32 + kTrials * 16);
   for (int j = 0; j < 16; ++j) perms[j] = j;
-  // The order rule's step 0, whose k 8 t + e (e < 4) are inputs 4 t + e: slot 2 t + e holds
-  // k 8 t + e and slot 8 + 2 t + e holds k 8 t + 2 + e.
+  // The order rule's slots for the mma.sync kernels: slot 2 t + e holds the step's k step_k(t) + e
+  // and slot 8 + 2 t + e its k step_k(t) + 2 + e.
   for (int t = 0; t < 4; ++t)
     for (int e = 0; e < 2; ++e) {
-      perms[16 + 2 * t + e] = 4 * t + e;
-      perms[16 + 8 + 2 * t + e] = 4 * t + 2 + e;
+      perms[16 + 2 * t + e] = tf::cuda::mm::step_k(t) + e;
+      perms[16 + 8 + 2 * t + e] = tf::cuda::mm::step_k(t) + 2 + e;
     }
   for (int tr = 0; tr < kTrials; ++tr) {
     int* p = perms.data() + 32 + tr * 16;
@@ -230,7 +230,7 @@ int main() {
   }
   std::vector<float> O(outn);
   cudaMemcpy(O.data(), dO, outn * 4, cudaMemcpyDeviceToHost);
-  const char* names[kOuts] = {"natural",  "rule interleave", "random slots",
+  const char* names[kOuts] = {"natural",  "rule slots", "random slots",
                               "wgmma n8", "wgmma n8 control: lbo/sbo swapped", "wgmma n16",
                               "mma.sync, roles swapped"};
   long diff[kOuts] = {}, bad[kOuts] = {};

@@ -3,7 +3,7 @@
 // side. The engine's few-row kernel (mma.sync, weights as the n side) is bound by each warp's
 // dependent mma chain; wgmma chains on one accumulator without stalling the warp. The tile keeps
 // the order rule (cuda_matmul.cuh): the engine's K split, each k16 step holding the rule's k (x
-// planes and weight pieces in step order, as cuda_matmul_wgmma.cu stores them), hi then lo, and
+// planes and weights in k order, as cuda_matmul_wgmma.cu copies them), hi then lo, and
 // the slices' partials added in slice order; whether that gives the engine's bits rests on the
 // probe's slot-order and roles results (probe_tensor_cores.cu). For each shape it prints how
 // many outputs differ from the engine's matmul and both times, weights rotated past L2.
@@ -42,7 +42,7 @@ __device__ __forceinline__ void wgmma_m64n8(float (&d)[4], uint64_t da, uint64_t
 }
 
 // One warpgroup: output columns n0 .. n0 + 63 of rows 0 .. M - 1 over slice blockIdx.y.
-// xh/xl: x's planes in step order ([M][Kp], split_x_kernel<true>); K % 8 == 0.
+// xh/xl: x's planes ([M][Kp], split_x_kernel); K % 8 == 0.
 // kST stages in the ring (kST - 2 in flight while one is read), kPerSM blocks an SM.
 template <int kST, int kPerSM>
 __global__ void __launch_bounds__(128, kPerSM)
@@ -58,21 +58,19 @@ __global__ void __launch_bounds__(128, kPerSM)
   const int64_t kbeg = static_cast<int64_t>(blockIdx.y) * sp.ks;
   const int64_t kend = kbeg + sp.ks < K ? kbeg + sp.ks : K;
   const int tiles = static_cast<int>((kend - kbeg + kBK - 1) / kBK);
-  // Weight pieces of 4 k: piece q of a stage row goes to its step's place (k 8 t + 4 s .. + 3 of
-  // a chunk at position 16 s + 4 t); a thread copies piece column wq of rows wr0 + 8 u.
-  const int wq = tid % 16, wr0 = tid / 16;
-  const int wpos = 32 * (wq / 8) + 16 * (wq % 8 % 2) + 4 * (wq % 8 / 2);
+  // Weight pieces of 8 k in k order; a thread copies piece column wq of rows wr0 + 16 u.
+  const int wq = tid % 8, wr0 = tid / 8;
   // x: one 16-byte piece a thread, plane tid / 64, row tid / 8 % 8, positions 8 (tid % 8) ..
   const int xp = tid / 64, xr = tid / 8 % 8, xc = tid % 8;
   auto load = [&](int t) {
     uint16_t* s = smem + (t % kST) * kStage;
     const int64_t k0 = kbeg + static_cast<int64_t>(t) * kBK;
-    const bool win = k0 + 4 * wq < K;
+    const bool win = k0 + 8 * wq < K;
 #pragma unroll
-    for (int u = 0; u < kCols / 8; ++u) {
-      const int r = wr0 + 8 * u;
+    for (int u = 0; u < kCols / 16; ++u) {
+      const int r = wr0 + 16 * u;
       const bool ok = win && n0 + r < N;
-      cp_async8(s + swz_at(r, wpos), w + (ok ? (n0 + r) * K + k0 + 4 * wq : 0), ok);
+      cp_async16(s + swz_at(r, 8 * wq), w + (ok ? (n0 + r) * K + k0 + 8 * wq : 0), ok);
     }
     const bool xok = xr < M && k0 + 8 * xc < Kp;
     const uint16_t* plane = xp ? xl : xh;
@@ -185,7 +183,7 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
   const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   auto trial = [&](int i) {
     const auto* w = static_cast<const uint16_t*>(as_cuda(*ws[static_cast<size_t>(i % copies)], "trial").data);
-    launch_kernel(split_x_kernel<true>, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp, vec,
+    launch_kernel(split_x_kernel, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp, vec,
                   planes, planes + M * Kp);
     SplitArgs sp = split;
     sp.part = part, sp.counters = counters;

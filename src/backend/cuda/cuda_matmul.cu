@@ -9,6 +9,41 @@
 
 namespace tf::cuda {
 
+namespace mm {
+
+// hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is
+// null; one thread per 8 k, in k order.
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
+                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  grid_wait();
+  grid_launch_next();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = Kp / 8;
+  if (i >= M * groups) return;
+  const int64_t r = i / groups, k = (i % groups) * 8;
+  const float* row = x + r * K;
+  float v[8];
+  if (vec && k + 8 <= K) {
+    const float4 p = *reinterpret_cast<const float4*>(row + k);
+    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = k + e < K ? row[k + e] : 0.0f;
+  }
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
+    h[e] = pack2(h0, h1);
+    l[e] = pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1));
+  }
+  *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
+  if (lo) *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+}  // namespace mm
+
 namespace {
 
 using namespace mm;
@@ -170,7 +205,7 @@ __global__ void __launch_bounds__(WM * WN * 32)
       if (WT == kQ8) zero_acc(part);
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
-        const int kk = kb + 8 * t4 + 4 * st;  // this thread's k of the step (the interleave)
+        const int kk = kb + 16 * st + step_k(t4);  // this thread's first k of the step
         uint32_t a[TM][4], al[TM][4];
 #pragma unroll
         for (int i = 0; i < TM; ++i) {

@@ -5,9 +5,12 @@
 // Order rule: K is cut into S slices of ks (a multiple of 256) chosen from K and N alone
 // (split_for), never from M. Within a slice each output element (r, n) is one chain over the
 // k32 chunks that start inside the slice, in increasing k from +0. A chunk is two m16n8k16 steps
-// over a fixed interleave: step s takes k = 8 t + 4 s + {0, 1} into mma slots 2 t + {0, 1} and
-// k = 8 t + 4 s + {2, 3} into slots 8 + 2 t + {0, 1} (t = 0..3), so one thread's operands of a
-// chunk are 8 consecutive k (one 16-byte weight load). BF16/F16: x is split as hi = bf16(x),
+// in k order: step s takes k = 16 s .. 16 s + 15, so a step is 32 contiguous bytes of a bf16 row
+// (as wgmma and TMA read them). Which slot of its step a k sits in does not change a step's bits
+// (tests/gpu/probe_tensor_cores.cu checks it on the card); the mma.sync kernels put
+// k = 16 s + step_k(t) + {0, 1} in slots 2 t + {0, 1} and + {2, 3} in slots 8 + 2 t + {0, 1}
+// (t = 0..3), so a thread's 16-byte weight load of k 8 t .. 8 t + 7 holds half its operands of
+// the chunk and swap_halves brings the other half from thread t ^ 2. BF16/F16: x is split as hi = bf16(x),
 // lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights (split exactly as
 // whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). With --matmul-input
 // bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0: x rounded to
@@ -41,6 +44,23 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// First k (within its step) of the 4 consecutive k that thread t of a quad puts in its slots.
+__host__ __device__ constexpr int step_k(int t) { return 8 * (t & 1) + 4 * (t >> 1); }
+
+// Thread t of a quad loaded k 8 t .. 8 t + 7 of a chunk as w[0 .. N - 1] (N = 4 bf16 pairs or 2
+// int8 quads); after the exchange with thread t ^ 2 the first half holds its step-0 operands
+// (k step_k(t) .. + 3) and the second its step-1 operands (16 more). Every lane of the warp calls.
+template <int N>
+__device__ __forceinline__ void swap_halves(uint32_t (&w)[N], int t) {
+  const bool up = t >= 2;
+#pragma unroll
+  for (int e = 0; e < N / 2; ++e) {
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? w[e] : w[N / 2 + e], 2);
+    if (up) w[e] = got;
+    else w[N / 2 + e] = got;
+  }
 }
 
 __device__ __forceinline__ uint16_t bf16_bits(float f) {
@@ -278,59 +298,19 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
 }
 
 // hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is
-// null; one thread per 8 k.
-// kStepOrder: each chunk of 32 is stored as its two steps' k in turn (position 16 s + 4 t + e
-// holds k = 8 t + 4 s + e), so a step's 16 k are contiguous, as wgmma reads them.
-template <bool kStepOrder>
+// null; one thread per 8 k (defined in cuda_matmul.cu).
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
-                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
-  grid_wait();
-  grid_launch_next();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t groups = Kp / 8;
-  if (i >= M * groups) return;
-  const int64_t r = i / groups, k = (i % groups) * 8;
-  const float* row = x + r * K;
-  float v[8];
-  if (vec && k + 8 <= K) {
-    const float4 p = *reinterpret_cast<const float4*>(row + k);
-    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
-    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = k + e < K ? row[k + e] : 0.0f;
-  }
-  uint32_t h[4], l[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const uint16_t h0 = bf16_bits(v[2 * e]), h1 = bf16_bits(v[2 * e + 1]);
-    h[e] = pack2(h0, h1);
-    l[e] = pack2(lo_bits(v[2 * e], h0), lo_bits(v[2 * e + 1], h1));
-  }
-  if (kStepOrder) {
-    // k = c + 8 t: its first 4 go to step 0 at c + 4 t, the next 4 to step 1 at c + 16 + 4 t.
-    const int64_t c = k / 32 * 32, p = 4 * (k % 32 / 8);
-    *reinterpret_cast<uint2*>(hi + r * Kp + c + p) = make_uint2(h[0], h[1]);
-    *reinterpret_cast<uint2*>(hi + r * Kp + c + 16 + p) = make_uint2(h[2], h[3]);
-    if (!lo) return;
-    *reinterpret_cast<uint2*>(lo + r * Kp + c + p) = make_uint2(l[0], l[1]);
-    *reinterpret_cast<uint2*>(lo + r * Kp + c + 16 + p) = make_uint2(l[2], l[3]);
-  } else {
-    *reinterpret_cast<uint4*>(hi + r * Kp + k) = make_uint4(h[0], h[1], h[2], h[3]);
-    if (lo) *reinterpret_cast<uint4*>(lo + r * Kp + k) = make_uint4(l[0], l[1], l[2], l[3]);
-  }
-}
+                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo);
 
 // Splits x into the hi/lo planes of the many-row tiles, in the launch's scratch slot; returns hi
 // (lo follows it, M * Kp further on, where x_lo(be)).
-template <bool kStepOrder>
 inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   const int64_t M = x.rows, K = x.cols;
   const int planes = x_lo(be) ? 2 : 1;
   auto* hi = static_cast<uint16_t*>(
       be.buffer(kSlotSplitX, static_cast<uint64_t>(planes * M * Kp) * sizeof(uint16_t)));
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
-  launch_kernel(split_x_kernel<kStepOrder>, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp,
+  launch_kernel(split_x_kernel, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp,
                 vec, hi, planes == 2 ? hi + M * Kp : nullptr);
   return hi;
 }

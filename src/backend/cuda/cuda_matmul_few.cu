@@ -30,16 +30,24 @@ struct MultiArgs {
   int n = 0;
 };
 
-// Up to 8 consecutive k of one row from k on, as f32 (zero past K).
+// First k of the x values split into operand words for k8 group q of the step at kc: the thread
+// that reads group q % 4 of a chunk takes k step_k(q % 4) .. + 3 of each of the chunk's steps.
+__device__ __forceinline__ int64_t x_group_k(int64_t kc, int q) { return kc + 32 * (q / 4) + step_k(q % 4); }
+
+// k .. k + 3 and k + 16 .. k + 19 of one row (one thread's x of a chunk's two steps), as f32
+// (zero past K).
 __device__ __forceinline__ void load_x8(float (&v)[8], const float* __restrict__ row, bool live,
                                         int64_t K, int64_t k, bool vec) {
-  if (live && vec && k + 8 <= K) {
+  if (live && vec && k + 20 <= K) {
     const float4 p = *reinterpret_cast<const float4*>(row + k);
-    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+    const float4 q = *reinterpret_cast<const float4*>(row + k + 16);
     v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
   } else {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = live && k + e < K ? row[k + e] : 0.0f;
+    for (int e = 0; e < 8; ++e) {
+      const int64_t ke = k + e % 4 + 16 * (e / 4);
+      v[e] = live && ke < K ? row[ke] : 0.0f;
+    }
   }
 }
 
@@ -76,9 +84,9 @@ constexpr size_t whole_x_bytes(int64_t rows, int64_t k_span, bool lo) {
 constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for it
 
 // Few rows (M <= 16): each warp owns TN tiles of 8 columns of a slice and loads its weight
-// operands straight from memory, 8 consecutive k per lane and tile (16 bytes for BF16/F16), the
-// next step's loads in flight while a step computes; the TN tiles' chains are independent, so
-// their mma overlap. A step is kSkinnyUnroll / TN chunks; the block first splits the step's x
+// operands straight from memory, 8 consecutive k per lane and tile (16 bytes for BF16/F16, half
+// of them traded with lane ^ 2 by swap_halves), the next step's loads in flight while a step
+// computes; the TN tiles' chains are independent, so their mma overlap. A step is kSkinnyUnroll / TN chunks; the block first splits the step's x
 // into operand words in shared memory once for all its warps (rows past M as zeros).
 // kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of skinny_cols(TN), slices), or with
 // sp.fold (column tiles, 1) and each block folds its tile's slice sums in slice order, as the
@@ -194,7 +202,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     const int nq = whole_x_groups(kend - kbeg);
     for (int i = threadIdx.x; i < M * nq; i += kSkinnyWarps * 32) {
       const int r = i / nq, q = i % nq;
-      const int64_t xr = rowmap[r] / gr.x_div, k = kbeg + 8 * q;
+      const int64_t xr = rowmap[r] / gr.x_div, k = x_group_k(kbeg, q);
       float v[8];
       load_x8(v, x + xr * K, true, K, k, vec_x);
       if (gr.act >= 0) {
@@ -236,7 +244,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (xrow[j] < 0) continue;
-      const int64_t k = kc + 8 * ((threadIdx.x + j * kSkinnyWarps * 32) % G);
+      const int64_t k = x_group_k(kc, static_cast<int>((threadIdx.x + j * kSkinnyWarps * 32) % G));
       load_x8(xv[kPreX ? j : 0], x + xrow[j] * K, true, K, k, vec_x);
       if (kPre2 && gr.act >= 0 && gr.x2) load_x8(xv2[kPre2 ? j : 0], gr.x2 + xrow[j] * K, true, K, k, vec_x);
     }
@@ -254,7 +262,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = xv[kPreX ? j : 0][e];
       } else {
-        load_x8(v, x + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+        load_x8(v, x + xrow[j] * K, true, K, x_group_k(kc, q), vec_x);
       }
       if (kGroup && gr.act >= 0) {
         float u8[8];
@@ -262,7 +270,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
 #pragma unroll
           for (int e = 0; e < 8; ++e) u8[e] = xv2[kPre2 ? j : 0][e];
         } else if (gr.x2) {
-          load_x8(u8, gr.x2 + xrow[j] * K, true, K, kc + 8 * q, vec_x);
+          load_x8(u8, gr.x2 + xrow[j] * K, true, K, x_group_k(kc, q), vec_x);
         }
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = gr.x2 ? act_value(gr.act, v[e]) * u8[e] : act_value(gr.act, v[e]);
@@ -313,6 +321,14 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       }
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
+        // Each step's weight words: Q8's two int8 quads, else the four 16-bit pairs.
+        if (WT == kQ8) {
+          uint32_t q2[2] = {cw[u][j][0], cw[u][j][1]};
+          swap_halves(q2, t4);
+          cw[u][j][0] = q2[0], cw[u][j][1] = q2[1];
+        } else {
+          swap_halves(cw[u][j], t4);
+        }
         // Weight words as bf16 pairs (F16: hi in wh, exact remainder in wl).
         uint32_t wh[4], wl[4];
         if (WT == kQ8) {

@@ -14,12 +14,13 @@ namespace tf::cuda::mm {
 
 namespace {
 
-// The 16-byte chunk of row `row` where chunk c of a BK-wide tile row is kept: rows of 128 bytes
-// swap halves on odd rows, so a quarter warp's 16-byte reads of two rows hit distinct banks (rows
-// of 64 bytes already do).
+// The 16-byte chunk of row `row` where chunk c of a BK-wide tile row is kept: the 32-byte pieces
+// of four consecutive rows land on distinct banks, so a half warp's 8-byte reads of one piece in
+// each of four rows are conflict-free (rows of 128 bytes: piece p ^ (row % 4); of 64 bytes, two to
+// a bank line: p ^ (row / 2 % 2)).
 template <int BK>
 __device__ __forceinline__ int chunk_at(int row, int c) {
-  return BK == 32 ? c : c ^ ((row & 1) * 4);
+  return BK == 32 ? c ^ ((row >> 1 & 1) << 1) : c ^ ((row & 3) << 1);
 }
 
 // One block computes a BM x BN tile of y through ST stages of [x hi | x lo | w] tiles of BK k
@@ -87,34 +88,31 @@ __global__ void __launch_bounds__(WM * WN * 32, kMinBlocks)
 #pragma unroll
     for (int cb = 0; cb < BK / 32; ++cb) {
       if (k0 + 32 * cb >= kend) break;  // a chunk starting past the slice is not in the chain
-      const int c = cb * 4 + t4;  // this thread's chunk: 8 consecutive k
-      // One 16-byte read holds a thread's operands of both steps: words 2 st and 2 st + 1.
-      uint4 b[TN];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const int rb = wn * TN * 8 + j * 8 + g;
-        b[j] = *reinterpret_cast<const uint4*>(Bs + rb * BK + 8 * chunk_at<BK>(rb, c));
-      }
+      for (int st = 0; st < 2; ++st) {
+        // This thread's 4 k of step st: chunk c, half h (8 bytes), in every operand row.
+        const int c = cb * 4 + 2 * st + (t4 & 1), h = 4 * (t4 >> 1);
+        uint2 b[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int r = wm * TM * 16 + i * 16 + g;
-        const int o0 = r * BK + 8 * chunk_at<BK>(r, c);
-        const int o1 = (r + 8) * BK + 8 * chunk_at<BK>(r + 8, c);
-        const uint4 h0 = *reinterpret_cast<const uint4*>(Ah + o0);
-        const uint4 h1 = *reinterpret_cast<const uint4*>(Ah + o1);
-        const uint4 l0 = kXLo ? *reinterpret_cast<const uint4*>(Al + o0) : uint4{};
-        const uint4 l1 = kXLo ? *reinterpret_cast<const uint4*>(Al + o1) : uint4{};
+        for (int j = 0; j < TN; ++j) {
+          const int rb = wn * TN * 8 + j * 8 + g;
+          b[j] = *reinterpret_cast<const uint2*>(Bs + rb * BK + 8 * chunk_at<BK>(rb, c) + h);
+        }
 #pragma unroll
-        for (int st = 0; st < 2; ++st) {
-          const uint32_t a[4] = {st ? h0.z : h0.x, st ? h1.z : h1.x,  //
-                                 st ? h0.w : h0.y, st ? h1.w : h1.y};
-          const uint32_t al[4] = {st ? l0.z : l0.x, st ? l1.z : l1.x,  //
-                                  st ? l0.w : l0.y, st ? l1.w : l1.y};
+        for (int i = 0; i < TM; ++i) {
+          const int r = wm * TM * 16 + i * 16 + g;
+          const int o0 = r * BK + 8 * chunk_at<BK>(r, c) + h;
+          const int o1 = (r + 8) * BK + 8 * chunk_at<BK>(r + 8, c) + h;
+          const uint2 h0 = *reinterpret_cast<const uint2*>(Ah + o0);
+          const uint2 h1 = *reinterpret_cast<const uint2*>(Ah + o1);
+          const uint2 l0 = kXLo ? *reinterpret_cast<const uint2*>(Al + o0) : uint2{};
+          const uint2 l1 = kXLo ? *reinterpret_cast<const uint2*>(Al + o1) : uint2{};
+          const uint32_t a[4] = {h0.x, h1.x, h0.y, h1.y};
+          const uint32_t al[4] = {l0.x, l1.x, l0.y, l1.y};
 #pragma unroll
           for (int j = 0; j < TN; ++j) {
-            const uint32_t b0 = st ? b[j].z : b[j].x, b1 = st ? b[j].w : b[j].y;
-            mma_bf16(acc[i][j], a, b0, b1);
-            if (kXLo) mma_bf16(acc[i][j], al, b0, b1);
+            mma_bf16(acc[i][j], a, b[j].x, b[j].y);
+            if (kXLo) mma_bf16(acc[i][j], al, b[j].x, b[j].y);
           }
         }
       }
@@ -166,7 +164,7 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   }();
   if (off || w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16) return false;
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
-  const uint16_t* hi = split_x<false>(be, x, Kp);
+  const uint16_t* hi = split_x(be, x, Kp);
   const uint16_t* lo = x_lo(be) ? hi + M * Kp : nullptr;
   const int64_t tiles = ((M + 63) / 64) * ((y.cols + 127) / 128);
   const bool fold = fold_slices(tiles, sp, M, y.cols);

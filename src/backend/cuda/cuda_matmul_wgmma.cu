@@ -1,8 +1,8 @@
 // Matmul for more than 16 rows with BF16 weights on Hopper's warpgroup mma (wgmma), which gives
 // mma.sync's bits for the same k16 step whatever the slots' order (tests/gpu/probe_tensor_cores.cu
-// checks it on the card). x is split once into hi/lo planes (hi alone under --matmul-input bf16)
-// stored in step order; weights stream in 8-byte pieces to their step's place, so each wgmma
-// reads one step of the order rule (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
+// checks it on the card). x is split once into hi/lo planes (hi alone under --matmul-input bf16);
+// both planes and the weights stream in k order by 16-byte pieces, so each wgmma reads one step
+// of the order rule (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -120,27 +120,25 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   int64_t kbeg, kend;
   slice_range<kGrid>(sp, K, kbeg, kend, bz);
   const int tiles = static_cast<int>((kend - kbeg + BK - 1) / BK);
-  // Copies stage t: x planes by 16 bytes (already in step order), w by 8 bytes (k 8 j + 4 s .. + 3
-  // of a chunk goes to its step s, position 16 s + 4 j); past M, N or K is zero-filled. A thread
+  // Copies stage t: x planes and w by 16 bytes in k order; past M, N or K is zero-filled. A thread
   // always copies the same column of pieces, rows kXStep (kWStep) apart, so its addresses are set
   // up once and a warp's copies cover whole 128-byte row segments.
   constexpr int kXPer = BK / 8, kXStep = kThreads / kXPer;
-  constexpr int kWPer = BK / 4, kWStep = kThreads / kWPer;
+  constexpr int kWPer = BK / 8, kWStep = kThreads / kWPer;
   static_assert(BM % kXStep == 0 && BN % kWStep == 0 && kXStep % 8 == 0 && kWStep % 8 == 0,
                 "copy passes tile the rows and keep each thread's rows in one swizzle phase");
   const int xc = tid % kXPer, xr = tid / kXPer, wq = tid % kWPer, wr = tid / kWPer;
   const int64_t xstride = static_cast<int64_t>(kXStep) * Kp;
   const int64_t wstride = static_cast<int64_t>(kWStep) * K;
-  const int64_t xoff = (m0 + xr) * Kp + 8 * xc, woff = (n0 + wr) * K + 4 * wq;
-  const int wpos = 32 * (wq % 16 / 8) + 16 * (wq % 8 % 2) + 4 * (wq % 8 / 2);
-  const int wtile = wq / 16 * BN * kSwzRow, xtile = xc / 8 * BM * kSwzRow;
+  const int64_t xoff = (m0 + xr) * Kp + 8 * xc, woff = (n0 + wr) * K + 8 * wq;
+  const int wtile = wq / 8 * BN * kSwzRow, xtile = xc / 8 * BM * kSwzRow;
   // A thread's copies a stage: kXN of x (kXR rows of each plane), kWN of w.
   constexpr int kXN = XP * BM / kXStep, kXR = BM / kXStep, kWN = BN / kWStep;
   auto load = [&](int t) {
     uint16_t* s = smem + (t % ST) * kStage;
     const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
     // K % 8 == 0: a piece is all inside K or all past it.
-    const bool xin = k0 + 8 * xc < Kp, win = k0 + 4 * wq < K;
+    const bool xin = k0 + 8 * xc < Kp, win = k0 + 8 * wq < K;
 #pragma unroll
     for (int u = 0; u < kXN; ++u) {
       const bool lo = u >= kXR;
@@ -154,7 +152,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
     for (int u = 0; u < kWN; ++u) {
       const int n = wr + u * kWStep;
       const bool ok = win && n0 + n < N;
-      cp_async8(sw + wtile + swz_at(n, wpos), w + (ok ? woff + u * wstride + k0 : 0), ok);
+      cp_async16(sw + wtile + swz_at(n, 8 * (wq % 8)), w + (ok ? woff + u * wstride + k0 : 0), ok);
     }
   };
   // With kFull every piece lies inside K, so (kFixed) a copy's row test and shared-memory place
@@ -167,7 +165,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   for (int u = 0; u < kWN; ++u) wmask |= (n0 + wr + u * kWStep < N ? 1u : 0u) << u;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t xs0 = sbase + 2 * (xtile + swz_at(xr, 8 * (xc % 8)));
-  const uint32_t ws0 = sbase + 2 * (XP * BM * BK + wtile + swz_at(wr, wpos));
+  const uint32_t ws0 = sbase + 2 * (XP * BM * BK + wtile + swz_at(wr, 8 * (wq % 8)));
   auto load_full = [&](int t) {
     const uint32_t so = 2 * (t % ST) * kStage;
     const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
@@ -180,7 +178,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
 #pragma unroll
     for (int u = 0; u < kWN; ++u) {
       const bool ok = wmask >> u & 1;
-      cp_async8_at(ws0 + so + 2 * u * kWStep * kSwzRow, ok ? w + woff + u * wstride + k0 : w, ok);
+      cp_async16_at(ws0 + so + 2 * u * kWStep * kSwzRow, ok ? w + woff + u * wstride + k0 : w, ok);
     }
   };
 #pragma unroll
@@ -475,7 +473,7 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   // would leave half the SMs idle.
   const int64_t blocks = M <= 64 ? tiles * sp.s : tiles;
   if (forced < 0 && blocks < kTargetBlocks / 8) return false;
-  const uint16_t* hi = split_x<true>(be, x, Kp);
+  const uint16_t* hi = split_x(be, x, Kp);
   const uint16_t* lo = x_lo(be) ? hi + M * Kp : nullptr;
   // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
@@ -552,7 +550,7 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
     ma.tiles[i] = static_cast<unsigned>((ma.N[i] + BN - 1) / BN);
     ma.sp[i] = many_rows_split(K, ma.N[i]);
   }
-  const uint16_t* hi = split_x<true>(be, x, Kp);
+  const uint16_t* hi = split_x(be, x, Kp);
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;
     if (M <= 64) {
