@@ -34,9 +34,11 @@ check)
   # The matmul cases on the tile forms the defaults reach only at large shapes or not at all, plain
   # and poisoned: the 256-row tile everywhere, alone and with its running total in y; tile c's
   # one-row stages (four, as before, and six); every tile's mma issue with its branches (as for K
-  # not a multiple of a stage) and every tile's copies from fixed places.
+  # not a multiple of a stage), every tile's copies from fixed places, and every tile filled by
+  # TMA (tile c too) or by cp.async (the large tiles too).
   for form in "TF_CUDA_WG_WIDE=1" "TF_CUDA_WG_WIDE=1 TF_CUDA_WG_YTOT=1" "TF_CUDA_WG_C=4" "TF_CUDA_WG_C=6" \
-              "TF_CUDA_WG_FULL=0" "TF_CUDA_WG_FIXED=abcd"; do
+              "TF_CUDA_WG_FULL=0" "TF_CUDA_WG_FIXED=abcd TF_CUDA_WG_TMA=none" "TF_CUDA_WG_TMA=abcd" \
+              "TF_CUDA_WG_TMA=abcd TF_CUDA_WG_FULL=0" "TF_CUDA_WG_TMA=none TF_CUDA_WG_WIDE=1"; do
     for poison in 0 1; do
       i=$((i + 1))
       ( echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 200 "$B"/tf_kernel_contract \

@@ -1,14 +1,20 @@
 // Matmul for more than 16 rows with BF16 weights on Hopper's warpgroup mma (wgmma), which gives
 // mma.sync's bits for the same k16 step whatever the slots' order (tests/gpu/probe_tensor_cores.cu
 // checks it on the card). x is split once into hi/lo planes (hi alone under --matmul-input bf16);
-// both planes and the weights stream in k order by 16-byte pieces, so each wgmma reads one step
-// of the order rule (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
+// both planes and the weights stream in k order (TMA boxes for the tiles of more than 64 rows,
+// 16-byte cp.async pieces for tile c), so each wgmma reads one step of the order rule
+// (cuda_matmul.cuh) and the chains, hence the bits, are matmul's.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/wg_tile_rule.h"
@@ -75,6 +81,37 @@ struct WgMulti {
   int n = 0;
 };
 
+// TMA descriptors of a launch's operands (kTma): x's planes in boxes of the tile's rows, each
+// output's weights in boxes of its columns, all 64 k wide with the 128-byte swizzle.
+struct WgMaps {
+  CUtensorMap xh, xl, w[kWgMulti];
+};
+
+// TMA: a box of tensor map `map` at (k, row) into shared memory at dst, counted on mbarrier bar.
+__device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+// One arrival on bar that also expects `bytes` of TMA writes before the phase completes.
+__device__ __forceinline__ void mbar_expect(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+
 // One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of NA swizzle
 // rows of k each, [x hi | x lo | w] (no x lo without kXLo), each plane NA tiles of kSwzRow
 // positions one after the other; warpgroup (i, j) owns rows 64 i .. 64 i + 63
@@ -88,20 +125,24 @@ struct WgMulti {
 // mma issue has no branch (which would make the compiler fence the accumulators at the join).
 // kYTot: the fold's running total lives in y, not in registers (with one slice it is never read).
 // kFixed (with kFull): each copy's row test and shared-memory place are set up once (fixed_copies).
+// kTma: one thread fills each stage by TMA boxes from maps (zeros past M, N or K), counted on the
+// stage's mbarrier, instead of every thread's cp.async copies.
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true, int NA = 1,
-          bool kFull = false, bool kYTot = false, bool kFixed = false>
+          bool kFull = false, bool kYTot = false, bool kFixed = false, bool kTma = false>
 __global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
               const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp,
-              WgMulti ma) {
+              WgMulti ma, const __grid_constant__ WgMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
   unsigned bx = blockIdx.x, bz = blockIdx.z, tiles_x = gridDim.x;
+  int oi = 0;
   if constexpr (kMulti) {
     int i = 0;
     while (i + 1 < ma.n && bx >= ma.blocks[i]) bx -= ma.blocks[i], ++i;
+    oi = i;
     w = ma.w[i], bias = ma.bias[i], y = ma.y[i], N = ma.N[i], sp = ma.sp[i], tiles_x = ma.tiles[i];
     bz = bx / tiles_x, bx %= tiles_x;
   }
@@ -181,13 +222,39 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       cp_async16_at(ws0 + so + 2 * u * kWStep * kSwzRow, ok ? w + woff + u * wstride + k0 : w, ok);
     }
   };
+  __shared__ __align__(8) uint64_t full_bar[kTma ? ST : 1];
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(full_bar));
+  const CUtensorMap* wmap = &maps.w[oi];
+  // kTma: thread 0 fills stage t with its x and w boxes, NA swizzle rows of each.
+  auto issue = [&](int t) {
+    const uint32_t bar = bar0 + 8 * (t % ST), so = sbase + 2 * (t % ST) * kStage;
+    const int k0 = static_cast<int>(kbeg) + t * BK;
+    mbar_expect(bar, 2 * kStage);
 #pragma unroll
-  for (int t = 0; t < ST - 2; ++t) {
-    if (t < tiles) {
-      if constexpr (kFull && kFixed) load_full(t);
-      else load(t);
+    for (int a = 0; a < NA; ++a) {
+      tma_box(so + 2 * a * BM * kSwzRow, &maps.xh, k0 + a * kSwzRow, static_cast<int>(m0), bar);
+      if (kXLo) tma_box(so + 2 * (BM * BK + a * BM * kSwzRow), &maps.xl, k0 + a * kSwzRow, static_cast<int>(m0), bar);
+      tma_box(so + 2 * (XP * BM * BK + a * BN * kSwzRow), wmap, k0 + a * kSwzRow, static_cast<int>(n0), bar);
     }
-    cp_async_commit();
+  };
+  if constexpr (kTma) {
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < ST; ++i) mbar_init(bar0 + 8 * i, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid == 0)
+      for (int t = 0; t < ST - 2 && t < tiles; ++t) issue(t);
+  } else {
+#pragma unroll
+    for (int t = 0; t < ST - 2; ++t) {
+      if (t < tiles) {
+        if constexpr (kFull && kFixed) load_full(t);
+        else load(t);
+      }
+      cp_async_commit();
+    }
   }
   // The fold's running total: in registers with two warpgroups or more, in y with one (whose acc
   // leaves no room for a second copy) or with kYTot.
@@ -202,16 +269,23 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   for (int t = 0; t < tiles;) {
     const int tend = t + per_slice - t % per_slice < tiles ? t + per_slice - t % per_slice : tiles;
     for (; t < tend; ++t) {
-      cp_async_wait<ST - 3>();
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async data to wgmma
-      // Stage t has landed, and every warpgroup has retired the mma of stage t - 2, which the
-      // next copies refill.
-      __syncthreads();
-      if (t + ST - 2 < tiles) {
-        if constexpr (kFull && kFixed) load_full(t + ST - 2);
-        else load(t + ST - 2);
+      if constexpr (kTma) {
+        mbar_wait(bar0 + 8 * (t % ST), static_cast<unsigned>(t / ST) & 1u);
+        // Every warpgroup has retired the mma of stage t - 2, which the next boxes refill.
+        __syncthreads();
+        if (tid == 0 && t + ST - 2 < tiles) issue(t + ST - 2);
+      } else {
+        cp_async_wait<ST - 3>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async data to wgmma
+        // Stage t has landed, and every warpgroup has retired the mma of stage t - 2, which the
+        // next copies refill.
+        __syncthreads();
+        if (t + ST - 2 < tiles) {
+          if constexpr (kFull && kFixed) load_full(t + ST - 2);
+          else load(t + ST - 2);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       const uint16_t* s = smem + (t % ST) * kStage;
       const uint16_t *ah = s + 64 * wg * kSwzRow, *al = ah + BM * BK;
       const uint16_t* bw = s + XP * BM * BK + NB * wn * kSwzRow;
@@ -353,12 +427,93 @@ void with_full(int64_t K, F f) {
   with_flag<true>(!off && K % (NA * kSwzRow) == 0, f);
 }
 
-// Calls f with kFull's std::bool_constant (with_full) and kFixed's: fixed_copies(letter) where
-// the stages are full.
+// cuTensorMapEncodeTiled, from the driver through the runtime; null where the driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    cudaGetLastError();
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// Whether tile `letter` fills its stages by TMA: the tiles of more than 64 rows, whose blocks walk
+// many stages; tile c's short decode blocks keep every thread's cp.async copies, which timed as
+// fast. TF_CUDA_WG_TMA lists the tiles that do ("none": no tile), for side-by-side timing; the same
+// values land in the same places.
+bool wg_tma(char letter) {
+  static const unsigned tiles = [] {  // bit i: tile 'a' + i
+    if (!tensor_map_encoder()) return 0u;
+    const char* e = std::getenv("TF_CUDA_WG_TMA");
+    unsigned bits = 0;
+    for (const char* c = e ? e : "abd"; *c; ++c)
+      if (*c >= 'a' && *c <= 'd') bits |= 1u << (*c - 'a');
+    return bits;
+  }();
+  return tiles >> (letter - 'a') & 1u;
+}
+
+// The TMA descriptor of a [rows][cols] bf16 matrix (rows `stride` elements apart) read in boxes of
+// 64 k by box_rows rows, 128-byte swizzled as the tiles' swz_at places them; zeros outside it.
+// Descriptors hold only the address and shape, so each is encoded once and kept.
+CUtensorMap box_map(const void* p, int64_t cols, int64_t rows, int64_t stride, int box_rows) {
+  struct Key {
+    const void* p;
+    int64_t cols, rows, stride;
+    int box;
+    bool operator==(const Key& o) const {
+      return p == o.p && cols == o.cols && rows == o.rows && stride == o.stride && box == o.box;
+    }
+  };
+  struct Hash {
+    size_t operator()(const Key& k) const {
+      uint64_t h = reinterpret_cast<uintptr_t>(k.p);
+      for (const uint64_t v : {static_cast<uint64_t>(k.cols), static_cast<uint64_t>(k.rows),
+                               static_cast<uint64_t>(k.stride), static_cast<uint64_t>(k.box)})
+        h = (h ^ v) * 0x100000001b3ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  thread_local std::unordered_map<Key, CUtensorMap, Hash> kept;
+  const Key key{p, cols, rows, stride, box_rows};
+  if (const auto it = kept.find(key); it != kept.end()) return it->second;
+  if (kept.size() >= 4096) kept.clear();  // a bound on the host memory kept
+  CUtensorMap m;
+  std::memset(&m, 0, sizeof m);  // the bytes a graphed round compares are all set
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kSwzRow), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t unit[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides,
+                                          box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) fail("matmul: TMA descriptor refused (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  kept.emplace(key, m);
+  return m;
+}
+
+// x's plane descriptors for tiles of bm rows (the lo plane follows hi, M * Kp further on).
+void x_maps(WgMaps& maps, const uint16_t* hi, bool lo, int64_t M, int64_t Kp, int bm) {
+  maps.xh = box_map(hi, Kp, M, Kp, bm);
+  if (lo) maps.xl = box_map(hi + M * Kp, Kp, M, Kp, bm);
+}
+
+// Calls f with kFull's std::bool_constant (with_full), kFixed's (fixed_copies(letter) where the
+// stages are full and copied by cp.async) and kTma's (wg_tma(letter)).
 template <int NA, class F>
 void with_full_fixed(int64_t K, char letter, F f) {
   with_full<NA>(K, [&](auto full) {
-    with_flag<decltype(full)::value>(fixed_copies(letter), [&](auto fixed) { f(full, fixed); });
+    constexpr bool kFull = decltype(full)::value;
+    with_flag<true>(wg_tma(letter), [&](auto tma) {
+      if constexpr (decltype(tma)::value)
+        f(std::bool_constant<kFull>{}, std::false_type{}, tma);
+      else
+        with_flag<kFull>(fixed_copies(letter), [&](auto fixed) { f(std::bool_constant<kFull>{}, fixed, tma); });
+    });
   });
 }
 
@@ -378,14 +533,19 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
     const char* e = std::getenv("TF_CUDA_WG_YTOT");
     return e && std::string(e) == "1";
   }();
-  with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed) {
+  with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed, auto tma) {
     with_flag<kYTotForm>(sp.s == 1 || ytot, [&](auto yt) {
       static bool raised = false;  // one attribute call per instantiation
       auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo, NA, decltype(full)::value, decltype(yt)::value,
-                            decltype(fixed)::value>;
+                            decltype(fixed)::value, decltype(tma)::value>;
       const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
+      WgMaps maps{};
+      if constexpr (decltype(tma)::value) {
+        x_maps(maps, xh, kXLo, x.rows, Kp, 64 * WG);
+        maps.w[0] = box_map(w.data, x.cols, y.cols, x.cols, BN);
+      }
       launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, xh, xl, x.rows, x.cols, Kp,
-                          static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{});
+                          static_cast<const uint16_t*>(w.data), bias, y.data, y.cols, sp, WgMulti{}, maps);
     });
   });
 }
@@ -520,17 +680,23 @@ void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Te
     blocks += ma.blocks[i];
   }
   constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
-  with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed) {
+  with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed, auto tma) {
     static bool raised = false;  // one attribute call per instantiation
-    auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo, NA, decltype(full)::value, false, decltype(fixed)::value>;
+    auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo, NA, decltype(full)::value, false, decltype(fixed)::value,
+                          decltype(tma)::value>;
     if (!raised) {
       TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                     "matmul: shared memory limit");
       raised = true;
     }
     const dim3 grid(blocks, static_cast<unsigned>((M + 64 * WG - 1) / (64 * WG)));
+    WgMaps maps{};
+    if constexpr (decltype(tma)::value) {
+      x_maps(maps, hi, kXLo, M, Kp, 64 * WG);
+      for (int i = 0; i < ma.n; ++i) maps.w[i] = box_map(ma.w[i], x.cols, ma.N[i], x.cols, BN);
+    }
     launch_kernel_whole(kern, grid, WG * WN * 128, kSmem, hi, kXLo ? hi + M * Kp : nullptr, M, x.cols, Kp, nullptr,
-                        nullptr, nullptr, int64_t{0}, SplitArgs{}, ma);
+                        nullptr, nullptr, int64_t{0}, SplitArgs{}, ma, maps);
   });
 }
 
