@@ -388,17 +388,21 @@ bool wgmma_ready() {
   return ready;
 }
 
+// The tiles a..d listed by variable `name` (its default where unset) as bits, tile 'a' + i at bit i;
+// other characters are ignored, so "none" lists none.
+unsigned tile_bits(const char* name, const char* fallback) {
+  const char* e = std::getenv(name);
+  unsigned bits = 0;
+  for (const char* c = e ? e : fallback; *c; ++c)
+    if (*c >= 'a' && *c <= 'd') bits |= 1u << (*c - 'a');
+  return bits;
+}
+
 // Whether tile `letter` (a..d) sets its copies' places up once where its stages are full: the
 // 256-row tile, whose address work per copy competes with its running total for 128 registers
 // (TF_CUDA_WG_FIXED lists the tiles that do, for side-by-side timing).
 bool fixed_copies(char letter) {
-  static const unsigned tiles = [] {  // bit i: tile 'a' + i
-    const char* e = std::getenv("TF_CUDA_WG_FIXED");
-    unsigned bits = 0;
-    for (const char* c = e ? e : "d"; *c; ++c)
-      if (*c >= 'a' && *c <= 'z') bits |= 1u << (*c - 'a');
-    return bits;
-  }();
+  static const unsigned tiles = tile_bits("TF_CUDA_WG_FIXED", "d");
   return tiles >> (letter - 'a') & 1u;
 }
 
@@ -446,14 +450,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // fast. TF_CUDA_WG_TMA lists the tiles that do ("none": no tile), for side-by-side timing; the same
 // values land in the same places.
 bool wg_tma(char letter) {
-  static const unsigned tiles = [] {  // bit i: tile 'a' + i
-    if (!tensor_map_encoder()) return 0u;
-    const char* e = std::getenv("TF_CUDA_WG_TMA");
-    unsigned bits = 0;
-    for (const char* c = e ? e : "abd"; *c; ++c)
-      if (*c >= 'a' && *c <= 'd') bits |= 1u << (*c - 'a');
-    return bits;
-  }();
+  static const unsigned tiles = tensor_map_encoder() ? tile_bits("TF_CUDA_WG_TMA", "abd") : 0u;
   return tiles >> (letter - 'a') & 1u;
 }
 
