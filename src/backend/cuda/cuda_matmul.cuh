@@ -10,13 +10,13 @@
 // (tests/gpu/probe_tensor_cores.cu checks it on the card); the mma.sync kernels put
 // k = 16 s + step_k(t) + {0, 1} in slots 2 t + {0, 1} and + {2, 3} in slots 8 + 2 t + {0, 1}
 // (t = 0..3), so a thread's 16-byte weight load of k 8 t .. 8 t + 7 holds half its operands of
-// the chunk and swap_halves brings the other half from thread t ^ 2. BF16/F16: x is split as hi = bf16(x),
-// lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights (split exactly as
-// whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). With --matmul-input
-// bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0: x rounded to
-// bf16, int8 values exact; a chunk (one block of 32) sums from zero in its two steps, then
-// acc = fma(scale, block_sum, acc). The slices' sums are added in slice order (p0 + p1, + p2,
-// ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the last block of
+// the chunk and swap_halves brings the other half from thread t ^ 2. BF16/F16: x is split as
+// hi = bf16(x), lo = bf16(x - hi); a step is mma(hi, w) then mma(lo, w), and for F16 weights
+// (split exactly as whi = bf16(w), wlo = w - whi) mma(hi, whi), mma(lo, whi), mma(hi, wlo). With
+// --matmul-input bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0:
+// x rounded to bf16, int8 values exact; a chunk (one block of 32) sums from zero in its two
+// steps, then acc = fma(scale, block_sum, acc). The slices' sums are added in slice order
+// (p0 + p1, + p2, ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the last block of
 // a tile to arrive adds the partials; many rows: one block walks every slice of its tile and
 // folds each slice's chain into the total as it ends. Rows past M are zero padding; padded k
 // adds zeros.

@@ -86,8 +86,9 @@ constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for
 // Few rows (M <= 16): each warp owns TN tiles of 8 columns of a slice and loads its weight
 // operands straight from memory, 8 consecutive k per lane and tile (16 bytes for BF16/F16, half
 // of them traded with lane ^ 2 by swap_halves), the next step's loads in flight while a step
-// computes; the TN tiles' chains are independent, so their mma overlap. A step is kSkinnyUnroll / TN chunks; the block first splits the step's x
-// into operand words in shared memory once for all its warps (rows past M as zeros).
+// computes; the TN tiles' chains are independent, so their mma overlap. A step is
+// kSkinnyUnroll / TN chunks; the block first splits the step's x into operand words in shared
+// memory once for all its warps (rows past M as zeros).
 // kHigh: rows 8..15 exist (M > 8). Grid: (column tiles of skinny_cols(TN), slices), or with
 // sp.fold (column tiles, 1) and each block folds its tile's slice sums in slice order, as the
 // last block would.

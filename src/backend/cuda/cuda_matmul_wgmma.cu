@@ -233,7 +233,8 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
 #pragma unroll
     for (int a = 0; a < NA; ++a) {
       tma_box(so + 2 * a * BM * kSwzRow, &maps.xh, k0 + a * kSwzRow, static_cast<int>(m0), bar);
-      if (kXLo) tma_box(so + 2 * (BM * BK + a * BM * kSwzRow), &maps.xl, k0 + a * kSwzRow, static_cast<int>(m0), bar);
+      if (kXLo)
+        tma_box(so + 2 * (BM * BK + a * BM * kSwzRow), &maps.xl, k0 + a * kSwzRow, static_cast<int>(m0), bar);
       tma_box(so + 2 * (XP * BM * BK + a * BN * kSwzRow), wmap, k0 + a * kSwzRow, static_cast<int>(n0), bar);
     }
   };
@@ -488,7 +489,8 @@ CUtensorMap box_map(const void* p, int64_t cols, int64_t rows, int64_t stride, i
   const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides,
                                           box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) fail("matmul: TMA descriptor refused (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  if (r != CUDA_SUCCESS)
+    fail("matmul: TMA descriptor refused (CUresult " + std::to_string(static_cast<int>(r)) + ")");
   kept.emplace(key, m);
   return m;
 }
