@@ -7,65 +7,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include "backend/cuda/cuda_matmul.cuh"
+#include "backend/cuda/cuda_hopper.cuh"
 #include "backend/cuda/wg_tile_rule.h"
 
 namespace tf::cuda::mm {
 
 namespace {
-
-// Only the sm_90a device pass has wgmma; others never reference these.
-#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <int N>
-__device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], uint64_t da, uint64_t db);
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,"
-      "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,"
-      "%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,"
-      "%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
-        "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-        "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
-        "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(1));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,"
-      "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(1));
-}
-#endif
 
 // Up to kWgMulti matmuls of one x in one launch (matmul_many): output i's column tiles follow
 // those of i - 1.
@@ -86,31 +38,6 @@ struct WgMulti {
 struct WgMaps {
   CUtensorMap xh, xl, w[kWgMulti];
 };
-
-// TMA: a box of tensor map `map` at (k, row) into shared memory at dst, counted on mbarrier bar.
-__device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, int k, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-      :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
-}
-
-// One arrival on bar that also expects `bytes` of TMA writes before the phase completes.
-__device__ __forceinline__ void mbar_expect(uint32_t bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
-}
 
 // One block of WG x WN warpgroups computes a 64 WG x BN tile of y through ST stages of NA swizzle
 // rows of k each, [x hi | x lo | w] (no x lo without kXLo), each plane NA tiles of kSwzRow
@@ -432,68 +359,16 @@ void with_full(int64_t K, F f) {
   with_flag<true>(!off && K % (NA * kSwzRow) == 0, f);
 }
 
-// cuTensorMapEncodeTiled, from the driver through the runtime; null where the driver lacks it.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      f = nullptr;
-    cudaGetLastError();
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // Whether tile `letter` fills its stages by TMA: the tiles of more than 64 rows, whose blocks walk
 // many stages; tile c's short decode blocks keep every thread's cp.async copies, which timed as
 // fast. TF_CUDA_WG_TMA lists the tiles that do ("none": no tile), for side-by-side timing; the same
 // values land in the same places.
 bool wg_tma(char letter) {
-  static const unsigned tiles = tensor_map_encoder() ? tile_bits("TF_CUDA_WG_TMA", "abd") : 0u;
+  static const unsigned tiles = tma_ready() ? tile_bits("TF_CUDA_WG_TMA", "abd") : 0u;
   return tiles >> (letter - 'a') & 1u;
 }
 
-// The TMA descriptor of a [rows][cols] bf16 matrix (rows `stride` elements apart) read in boxes of
-// 64 k by box_rows rows, 128-byte swizzled as the tiles' swz_at places them; zeros outside it.
-// Descriptors hold only the address and shape, so each is encoded once and kept.
-CUtensorMap box_map(const void* p, int64_t cols, int64_t rows, int64_t stride, int box_rows) {
-  struct Key {
-    const void* p;
-    int64_t cols, rows, stride;
-    int box;
-    bool operator==(const Key& o) const {
-      return p == o.p && cols == o.cols && rows == o.rows && stride == o.stride && box == o.box;
-    }
-  };
-  struct Hash {
-    size_t operator()(const Key& k) const {
-      uint64_t h = reinterpret_cast<uintptr_t>(k.p);
-      for (const uint64_t v : {static_cast<uint64_t>(k.cols), static_cast<uint64_t>(k.rows),
-                               static_cast<uint64_t>(k.stride), static_cast<uint64_t>(k.box)})
-        h = (h ^ v) * 0x100000001b3ull;
-      return static_cast<size_t>(h);
-    }
-  };
-  thread_local std::unordered_map<Key, CUtensorMap, Hash> kept;
-  const Key key{p, cols, rows, stride, box_rows};
-  if (const auto it = kept.find(key); it != kept.end()) return it->second;
-  if (kept.size() >= 4096) kept.clear();  // a bound on the host memory kept
-  CUtensorMap m;
-  std::memset(&m, 0, sizeof m);  // the bytes a graphed round compares are all set
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kSwzRow), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t unit[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides,
-                                          box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fail("matmul: TMA descriptor refused (CUresult " + std::to_string(static_cast<int>(r)) + ")");
-  kept.emplace(key, m);
-  return m;
-}
+static_assert(kSwzRow == 64, "a TMA box (box_map) is one swizzle row of 64 k");
 
 // x's plane descriptors for tiles of bm rows (the lo plane follows hi, M * Kp further on).
 void x_maps(WgMaps& maps, const uint16_t* hi, bool lo, int64_t M, int64_t Kp, int bm) {
