@@ -159,7 +159,8 @@ void run_bench(Backend& gpu) {
   }
   // Prefill and wide decode rounds at Llama-3.1-8B's shapes.
   static const MatmulShape kMany[] = {
-      {DType::BF16, 4096, 4096, 4096, 10}, {DType::BF16, 512, 4096, 4096, 10}, {DType::BF16, 512, 4096, 14336, 10},
+      {DType::BF16, 4096, 4096, 4096, 10}, {DType::BF16, 4096, 4096, 14336, 5}, {DType::BF16, 4096, 14336, 4096, 5},
+      {DType::BF16, 4096, 4096, 1024, 10}, {DType::BF16, 512, 4096, 4096, 10}, {DType::BF16, 512, 4096, 14336, 10},
       {DType::BF16, 512, 14336, 4096, 10}, {DType::BF16, 512, 4096, 1024, 10}, {DType::BF16, 64, 4096, 14336, 20},
       {DType::BF16, 64, 14336, 4096, 20},  {DType::BF16, 32, 4096, 14336, 20}, {DType::BF16, 64, 4096, 4096, 20},
       {DType::BF16, 64, 4096, 1024, 20}};

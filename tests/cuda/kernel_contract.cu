@@ -186,6 +186,13 @@ std::vector<Case> kernels() {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 1000, 8192, 1100,
                                     {1, 16, 17, 64, 65, 300, 1100}, true, 19);
                }});
+  // 128 x 256 blocks of tile e where forced (TF_CUDA_WG_TILE=e, bf16): three slices folded through
+  // y, the last one shorter, and M and N ending inside a block.
+  v.push_back({"matmul BF16 1040x4096x4360 128 x 256 blocks folding three slices (sampled m)",
+               [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::BF16, 4096, 4360, 1040,
+                                    {1, 16, 17, 64, 65, 129, 1040}, true, 29);
+               }});
   // One slice (K = 200) ending a chunk into a 64-k stage of the many-row tiles, which fold it:
   // the slice stays one chain, and the last stage runs its first chunk's steps alone.
   v.push_back({"matmul BF16 200x200x8448 one slice, one-chunk last stage (sampled m)",

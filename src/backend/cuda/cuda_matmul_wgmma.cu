@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_hopper.cuh"
 #include "backend/cuda/cuda_matmul_wgmma.cuh"
+#include "backend/cuda/cuda_matmul_ws.cuh"
 #include "backend/cuda/wg_tile_rule.h"
 
 namespace tf::cuda::mm {
@@ -159,6 +160,8 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
 // bytes a product of a. Without x lo a stage is smaller, so a and b keep more of them in flight.
 constexpr int kTiles = 4;
 constexpr int kTileRows[kTiles] = {128, 64, 64, 256}, kTileCols[kTiles] = {128, 128, 128, 128};
+// e: 128 x 256, one x plane only (cuda_matmul_ws.cuh); its own launch, launch_ws.
+constexpr int kTileE = kTiles;
 
 // Whether M x N takes tile d rather than a (wg_tile_rule.h; TF_CUDA_WG_WIDE=0|1: never or always,
 // for side-by-side timing).
@@ -207,12 +210,41 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
   }
 }
 
+// Whether tile e (cuda_matmul_ws.cuh) takes a folding launch of M x N in `slices` slices: one slice
+// (a running total through y rereads all of y each slice, slower than the other tiles' totals in
+// registers) and 128 x 256 blocks enough for a quarter of the target (TF_CUDA_WG_WS=0|1: never, or
+// wherever it can, for side-by-side timing).
+bool ws_takes(int64_t M, int64_t N, int slices) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_WG_WS");
+    return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
+  }();
+  if (forced >= 0) return forced == 1;
+  const int64_t blocks = (M + kWsRows - 1) / kWsRows * ((N + kWsCols - 1) / kWsCols);
+  return slices == 1 && blocks >= kTargetBlocks / 4;
+}
+
+// Tile e: one x plane, the weights, y folded over the slices of sp.
+void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const float* bias, Tensor y,
+               const SplitArgs& sp) {
+  static bool raised = false;
+  if (!raised) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem()),
+                  "matmul: shared memory limit");
+    raised = true;
+  }
+  const int64_t M = x.rows, N = y.cols;
+  const unsigned blocks = static_cast<unsigned>((M + kWsRows - 1) / kWsRows * ((N + kWsCols - 1) / kWsCols));
+  const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kWsCols);
+  launch_kernel_whole(ws_matmul, dim3(blocks), dim3(kWsThreads), ws_smem(), M, x.cols, bias, y.data, N, sp, xm, wm);
+}
+
 // A tile letter a.. from variable `name` as 0.., "0" as -2, unset or anything else as -1.
 int tile_env(const char* name) {
   const char* e = std::getenv(name);
   if (!e || e[0] == 0 || e[1] != 0) return -1;
   if (e[0] == '0') return -2;
-  return e[0] >= 'a' && e[0] < 'a' + kTiles ? e[0] - 'a' : -1;
+  return e[0] >= 'a' && e[0] <= 'a' + kTileE ? e[0] - 'a' : -1;
 }
 
 }  // namespace
@@ -220,7 +252,7 @@ int tile_env(const char* name) {
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                        Tensor y, const SplitArgs& sp) {
   if (w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16 || !wgmma_ready()) return false;
-  // TF_CUDA_WG_TILE=a..d forces a tile for every shape it takes; TF_CUDA_WG_FEW=a..d picks the
+  // TF_CUDA_WG_TILE=a..e forces a tile for every shape it takes; TF_CUDA_WG_FEW=a..e picks the
   // tile for 17..64 rows and =0 leaves those rows to the mma.sync tiles (side-by-side timing).
   static const int forced = tile_env("TF_CUDA_WG_TILE");
   static const int few = [] {
@@ -228,18 +260,29 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
     return v == -1 ? 2 : v;
   }();
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
-  const int cfg = forced >= 0 ? forced : M <= 64 ? few : !x_lo(be) && wide_tile(M, y.cols) ? 3 : 0;
+  const bool ws_ok = !x_lo(be) && x.cols % kSwzRow == 0 && tma_ready();
+  if (ws_ok && (forced == kTileE || (forced < 0 && M <= 64 && few == kTileE))) {
+    launch_ws(split_x(be, x, Kp), Kp, x, w, bias, y, sp);
+    return true;
+  }
+  // Where tile e cannot take the launch, the tile the defaults pick.
+  const int pin = forced == kTileE ? -1 : forced, few_pin = few == kTileE ? 2 : few;
+  const int cfg = pin >= 0 ? pin : M <= 64 ? few_pin : !x_lo(be) && wide_tile(M, y.cols) ? 3 : 0;
   if (cfg < 0) return false;
   const int64_t tiles = ((M + kTileRows[cfg] - 1) / kTileRows[cfg]) *
                         ((y.cols + kTileCols[cfg] - 1) / kTileCols[cfg]);
   // The mma.sync tiles are faster where these tiles (with their slices, at 64 rows or fewer)
   // would leave half the SMs idle.
   const int64_t blocks = M <= 64 ? tiles * sp.s : tiles;
-  if (forced < 0 && blocks < kTargetBlocks / 8) return false;
+  if (pin < 0 && blocks < kTargetBlocks / 8) return false;
   const uint16_t* hi = split_x(be, x, Kp);
   const uint16_t* lo = x_lo(be) ? hi + M * Kp : nullptr;
   // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
+  if (fold && ws_ok && M > 64 && pin < 0 && ws_takes(M, y.cols, sp.s)) {
+    launch_ws(hi, Kp, x, w, bias, y, sp);
+    return true;
+  }
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;
     if (fold) launch_tile<false, L>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
