@@ -261,6 +261,13 @@ class Backend {
   virtual void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) = 0;
   // out = act(gate) * up
   virtual void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  // out = act(x gate^T) * (x up^T) with the bits of matmul_many and act_mul, without gate's and up's
+  // products in memory. Returns false where the backend has no such path for this shape; the caller
+  // then runs those ops itself.
+  virtual bool matmul_act_mul(Act /*act*/, const Tensor& /*x*/, const Weight& /*gate*/, const Weight& /*up*/,
+                              Tensor /*out*/) {
+    return false;
+  }
   // y += x
   virtual void add(Tensor y, const Tensor& x) = 0;
   // x *= s

@@ -161,8 +161,10 @@ void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor ga
   const int64_t rows = in.rows;
   Tensor g{gate.data, rows, m.inter}, u{up.data, rows, m.inter}, a{act.data, rows, m.inter};
   if (m.gate) {
-    b.matmul_many(in, {{m.gate.get(), nullptr, g}, {m.up.get(), nullptr, u}});
-    b.act_mul(m.act, g, u, a);
+    if (!b.matmul_act_mul(m.act, in, *m.gate, *m.up, a)) {
+      b.matmul_many(in, {{m.gate.get(), nullptr, g}, {m.up.get(), nullptr, u}});
+      b.act_mul(m.act, g, u, a);
+    }
   } else {
     b.matmul(in, *m.up, nullptr, u);
     b.activate(m.act, u, a);

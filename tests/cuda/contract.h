@@ -23,6 +23,8 @@ using AttnFn = std::function<void(Backend&, const Tensor&, Tensor, const KvStora
                                   const RowLayout&, const AttnParams&)>;
 using PrepFn = std::function<void(Backend&, Tensor, Tensor, const Tensor&, const QkNorm&, const RopeParams&,
                                    const AttnParams&, KvStorage&, int, const RowLayout&)>;
+// matmul_act_mul: false where the backend left the shape to matmul_many and act_mul.
+using GluFn = std::function<bool(Backend&, Act, const Tensor&, const Weight&, const Weight&, Tensor)>;
 using TopkFn = std::function<void(Backend&, const Tensor&, int, bool, int32_t*, float*)>;
 using ScatterFn = std::function<void(Backend&, Tensor, const Tensor&, const int32_t*, const float*, int)>;
 using SampleFn = std::function<void(Backend&, const Tensor&, const std::vector<SampleSpec>&,
@@ -32,6 +34,7 @@ MatmulFn real_matmul();
 RmsFn real_rmsnorm();
 RopeFn real_rope();
 ActFn real_act();
+GluFn real_glu();
 StoreFn real_store();
 AttnFn real_attention();
 PrepFn real_prep();
@@ -56,6 +59,10 @@ std::string matmul_gate(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt,
 // matmul_gate with every m in 1..min(64, M).
 std::string matmul_gate_all(const MatmulFn& f, Backend& gpu, Backend& cpu, DType dt, int64_t K,
                             int64_t N, int64_t M, bool bias, uint32_t seed);
+// matmul_act_mul (act(x gate^T) * (x up^T), BF16 weights N x K, M rows) against the cpu's matmuls
+// and act_mul, bit-equal to the gpu's matmul_many then act_mul, and across row batches of ms.
+std::string matmul_act_mul_gate(const GluFn& f, Backend& gpu, Backend& cpu, Act act, int64_t K, int64_t N,
+                                int64_t M, const std::vector<int64_t>& ms, uint32_t seed);
 // add_rmsnorm against the cpu, bit-equal to the gpu's add then rmsnorm, and across row batches.
 std::string add_rmsnorm_gate(Backend& gpu, Backend& cpu, int64_t n, bool add_one, uint32_t seed);
 std::string rmsnorm_gate(const RmsFn& f, Backend& gpu, Backend& cpu, DType gdt, int64_t n,
@@ -92,6 +99,7 @@ MatmulFn control_matmul_x_whole();
 RmsFn control_rmsnorm_order_by_m();
 RopeFn control_rope_row_as_pos();
 ActFn control_act_gelu_erf();
+GluFn control_glu_swapped();
 StoreFn control_store_ignores_pages();
 PrepFn control_prep_norm_reversed();
 PrepFn control_prep_store_before_rope();

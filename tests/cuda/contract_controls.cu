@@ -198,6 +198,18 @@ ActFn control_act_gelu_erf() {
   };
 }
 
+// The fused launch where it runs, else its ops, with gate's and up's roles swapped.
+GluFn control_glu_swapped() {
+  return [](Backend& be, Act act, const Tensor& x, const Weight& g, const Weight& u, Tensor o) {
+    if (be.matmul_act_mul(act, x, u, g, o)) return true;
+    Tensor tg = be.alloc(o.rows, o.cols), tu = be.alloc(o.rows, o.cols);
+    be.matmul_many(x, {{&u, nullptr, tg}, {&g, nullptr, tu}});
+    be.act_mul(act, tg, tu, o);
+    be.free(tg), be.free(tu);
+    return true;
+  };
+}
+
 StoreFn control_store_ignores_pages() {
   return [](Backend& be, KvStorage& kv, int layer, const Tensor& k, const Tensor& v, const RowLayout& rows) {
     RowLayout lay = rows;

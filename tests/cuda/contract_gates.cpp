@@ -29,6 +29,11 @@ RopeFn real_rope() {
 ActFn real_act() {
   return [](Backend& be, Act a, const Tensor& g, const Tensor& u, Tensor o) { be.act_mul(a, g, u, o); };
 }
+GluFn real_glu() {
+  return [](Backend& be, Act a, const Tensor& x, const Weight& g, const Weight& u, Tensor o) {
+    return be.matmul_act_mul(a, x, g, u, o);
+  };
+}
 StoreFn real_store() {
   return [](Backend& be, KvStorage& kv, int l, const Tensor& k, const Tensor& v, const RowLayout& r) {
     be.kv_store(kv, l, k, v, r);
@@ -198,6 +203,77 @@ std::string rmsnorm_gate(const RmsFn& f, Backend& gpu, Backend& cpu, DType gdt, 
   }
   gpu.free(x);
   gpu.free(y);
+  return e;
+}
+
+std::string matmul_act_mul_gate(const GluFn& f, Backend& gpu, Backend& cpu, Act act, int64_t K, int64_t N,
+                                int64_t M, const std::vector<int64_t>& ms, uint32_t seed) {
+  std::mt19937 rng(seed);
+  HostWeight hg = make_weight(DType::BF16, N, K, rng), hu = make_weight(DType::BF16, N, K, rng);
+  auto xs = random_floats(rng, static_cast<size_t>(M * K));
+  const std::string tag = "matmul_act_mul " + std::to_string(static_cast<int>(act)) + " K=" + std::to_string(K) +
+                          " N=" + std::to_string(N) + " M=" + std::to_string(M);
+  std::vector<float> ref, cg, cu;
+  {
+    auto g = cpu.load_weight(hg.view);
+    auto u = cpu.load_weight(hu.view);
+    Tensor x = upload(cpu, xs, M, K), yg = poisoned(cpu, M, N), yu = poisoned(cpu, M, N), o = poisoned(cpu, M, N);
+    cpu.matmul(x, *g, nullptr, yg);
+    cpu.matmul(x, *u, nullptr, yu);
+    cpu.act_mul(act, yg, yu, o);
+    ref = host(cpu, o), cg = host(cpu, yg), cu = host(cpu, yu);
+    cpu.free(x), cpu.free(yg), cpu.free(yu), cpu.free(o);
+  }
+  // Bound: matmul's (tol * sum |x w|) carried through act(g) * u, act's slope at most 1.2 (SiLU,
+  // GELU) or 2|g| plus the error (squared ReLU), and act's own rounding as act_gate bounds it.
+  const double tol = 1e-4;
+  std::vector<double> mag(ref.size());
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double sg = 0.0, su = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double xv = std::fabs(static_cast<double>(xs[static_cast<size_t>(r * K + k)]));
+        sg += xv * std::fabs(static_cast<double>(hg.at(n, k)));
+        su += xv * std::fabs(static_cast<double>(hu.at(n, k)));
+      }
+      const size_t i = static_cast<size_t>(r * N + n);
+      const double g = cg[i], u = cu[i];
+      const double ag = act == Act::SiLU     ? g / (1.0 + std::exp(-g))
+                        : act == Act::Relu2 ? (g > 0.0 ? g * g : 0.0)
+                                            : 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+      const double slope = act == Act::Relu2 ? 2.0 * (std::fabs(g) + tol * sg) : 1.2;
+      mag[i] = slope * sg * (std::fabs(u) + tol * su) + std::fabs(ag) * su + std::fabs(static_cast<double>(ref[i])) +
+               std::fabs(g * u);
+    }
+  auto g = gpu.load_weight(hg.view);
+  auto u = gpu.load_weight(hu.view);
+  Tensor x = upload(gpu, xs, M, K), y = poisoned(gpu, M, N);
+  const bool fused = f(gpu, act, x, *g, *u, y);
+  // The ops it stands for, on the gpu: the same bits are the contract.
+  Tensor yg = poisoned(gpu, M, N), yu = poisoned(gpu, M, N), y2 = poisoned(gpu, M, N);
+  gpu.matmul_many(x, {{g.get(), nullptr, yg}, {u.get(), nullptr, yu}});
+  gpu.act_mul(act, yg, yu, y2);
+  const auto unfused = host(gpu, y2);
+  std::vector<float> full = fused ? host(gpu, y) : unfused;
+  std::printf("  measured %s: %s\n", tag.c_str(), fused ? "one launch" : "left to matmul_many and act_mul");
+  std::string e = close(full, ref, mag, tol, tag);
+  if (e.empty() && fused) e = exact(full, unfused, tag + " against matmul_many then act_mul");
+  for (size_t i = 0; e.empty() && i < ms.size(); ++i) {
+    const int64_t m = ms[i], off = offset_for(m, M);
+    Tensor ym = poisoned(gpu, m, N);
+    if (!f(gpu, act, x.slice_rows(off, m), *g, *u, ym)) {
+      Tensor gm = poisoned(gpu, m, N), um = poisoned(gpu, m, N);
+      gpu.matmul_many(x.slice_rows(off, m), {{g.get(), nullptr, gm}, {u.get(), nullptr, um}});
+      gpu.act_mul(act, gm, um, ym);
+      gpu.free(gm), gpu.free(um);
+    }
+    auto part = host(gpu, ym);
+    gpu.free(ym);
+    for (int64_t r = 0; r < m && e.empty(); ++r)
+      if (!same_bits(part.data() + r * N, full.data() + (off + r) * N, N))
+        e = tag + ": row " + std::to_string(off + r) + " differs when computed in a batch of " + std::to_string(m);
+  }
+  gpu.free(x), gpu.free(y), gpu.free(yg), gpu.free(yu), gpu.free(y2);
   return e;
 }
 

@@ -258,6 +258,19 @@ std::vector<Case> kernels() {
   for (Act a : {Act::SiLU, Act::GeluTanh, Act::Relu2})
     v.push_back({"act_mul " + std::to_string(static_cast<int>(a)),
                  [a](Backend& g, Backend& c) { return act_gate(real_act(), g, c, a, 41); }});
+  // Past 64 rows in bf16 mode, one launch of 128 x (128 gate + 128 up) blocks where one slice covers
+  // K; M and N end inside a block, N odd in the second. Rows of the sampled batches come from
+  // matmul_many and act_mul.
+  const std::vector<int64_t> glu_ms = {1, 16, 17, 64, 65, 129, 300};
+  v.push_back({"matmul_act_mul SiLU 520x256x3400 (sampled m)", [glu_ms](Backend& g, Backend& c) {
+                 return matmul_act_mul_gate(real_glu(), g, c, Act::SiLU, 256, 3400, 520, glu_ms, 42);
+               }});
+  v.push_back({"matmul_act_mul GELU 600x256x3401 (sampled m)", [glu_ms](Backend& g, Backend& c) {
+                 return matmul_act_mul_gate(real_glu(), g, c, Act::GeluTanh, 256, 3401, 600, glu_ms, 43);
+               }});
+  v.push_back({"matmul_act_mul squared ReLU 700x192x3000 (sampled m)", [glu_ms](Backend& g, Backend& c) {
+                 return matmul_act_mul_gate(real_glu(), g, c, Act::Relu2, 192, 3000, 700, glu_ms, 44);
+               }});
   v.push_back({"add + scale", [](Backend& g, Backend& c) { return add_scale_gate(g, c, 51); }});
   v.push_back({"embed (all dtypes)", [](Backend& g, Backend& c) { return embed_gate(g, c, 52); }});
   v.push_back({"gather_rows + scatter_add_scaled", [](Backend& g, Backend& c) {
@@ -348,6 +361,9 @@ std::vector<Case> controls(MatmulInput mi) {
                }});
   v.push_back({"act_mul with erf gelu", [](Backend& g, Backend& c) {
                  return act_gate(control_act_gelu_erf(), g, c, Act::GeluTanh, 41);
+               }});
+  v.push_back({"matmul_act_mul with gate and up swapped", [](Backend& g, Backend& c) {
+                 return matmul_act_mul_gate(control_glu_swapped(), g, c, Act::SiLU, 256, 3400, 520, {1, 65}, 42);
                }});
   v.push_back({"attention_prep adding a head's squares in reverse", [](Backend& g, Backend& c) {
                  return attention_prep_gate(control_prep_norm_reversed(), g, c, attn(32, 4, 128), 128, true, true,

@@ -122,6 +122,7 @@ class CudaBackend : public Backend {
   void add_rmsnorm(Tensor x, const Tensor& a, const Weight& g, float eps, bool add_one, Tensor y) override;
   void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) override;
   void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) override;
+  bool matmul_act_mul(Act act, const Tensor& x, const Weight& gate, const Weight& up, Tensor out) override;
   void add(Tensor y, const Tensor& x) override;
   void scale(Tensor x, float s) override;
   void kv_store(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,

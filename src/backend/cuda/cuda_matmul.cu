@@ -378,4 +378,20 @@ void CudaBackend::matmul(const Tensor& x, const Weight& wt, const Weight* bias, 
   check_launch("matmul");
 }
 
+bool CudaBackend::matmul_act_mul(Act act, const Tensor& x, const Weight& gt, const Weight& ut, Tensor out) {
+  const CudaWeight& g = as_cuda(gt, "matmul");
+  const CudaWeight& u = as_cuda(ut, "matmul");
+  TF_CHECK(x.cols == g.cols && x.cols == u.cols && g.rows == u.rows && out.rows == x.rows && out.cols == g.rows,
+           "matmul_act_mul: x [", x.rows, " x ", x.cols, "] times ", g.name, " [", g.rows, " x ", g.cols, "] and ",
+           u.name, " [", u.rows, " x ", u.cols, "] into [", out.rows, " x ", out.cols, "]");
+  if (x.rows == 0 || g.rows == 0) return true;
+  if (!glu_takes(*this, x, g, u, out.cols)) return false;
+  const ProfScope prof(*this, "matmul_act_mul", &gt.name, x.rows);
+  check_tensor(x, "matmul", "x");
+  check_tensor(out, "matmul", "y");
+  launch_bf16_glu(*this, x, g, u, act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2, out);
+  check_launch("matmul_act_mul");
+  return true;
+}
+
 }  // namespace tf::cuda

@@ -414,6 +414,15 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                        Tensor y, const SplitArgs& sp);
 
+// Whether launch_bf16_glu takes x times gate and up into N columns: bf16 mode, more than 64 rows,
+// one slice over K, and blocks enough (cuda_matmul_wgmma.cu).
+bool glu_takes(const CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int64_t N);
+
+// y = act(x gate^T) * (x up^T) in one launch, each element as matmul then act_mul compute it; act
+// is act_value's code.
+void launch_bf16_glu(CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int act,
+                     Tensor y);
+
 // Whether launch_bf16_wgmma_many takes these BF16 matmuls of one x: 17..64 rows on a device with
 // the warpgroup tiles, and more where one of them alone would be too narrow for those tiles,
 // unless a forced tile rules it out.

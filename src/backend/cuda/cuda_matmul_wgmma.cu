@@ -211,9 +211,9 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
 }
 
 // Whether tile e (cuda_matmul_ws.cuh) takes a folding launch of M x N in `slices` slices: one slice
-// (a running total through y rereads all of y each slice, slower than the other tiles' totals in
-// registers) and 128 x 256 blocks enough for a quarter of the target (TF_CUDA_WG_WS=0|1: never, or
-// wherever it can, for side-by-side timing).
+// (its running total goes through y, whose reads at each slice's end cost more than the other
+// tiles' totals in registers) and 128 x 256 blocks enough for a quarter of the target
+// (TF_CUDA_WG_WS=0|1: never, or wherever it can, for side-by-side timing).
 bool ws_takes(int64_t M, int64_t N, int slices) {
   static const int forced = [] {
     const char* e = std::getenv("TF_CUDA_WG_WS");
@@ -224,19 +224,23 @@ bool ws_takes(int64_t M, int64_t N, int slices) {
   return slices == 1 && blocks >= kTargetBlocks / 4;
 }
 
-// Tile e: one x plane, the weights, y folded over the slices of sp.
-void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const float* bias, Tensor y,
-               const SplitArgs& sp) {
+// Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp.
+template <bool kGlu>
+void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const CudaWeight* up,
+               int act, const float* bias, Tensor y, const SplitArgs& sp) {
   static bool raised = false;
   if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem()),
+    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu>, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem()),
                   "matmul: shared memory limit");
     raised = true;
   }
+  constexpr int kBn = ws_out_cols<kGlu>();
   const int64_t M = x.rows, N = y.cols;
-  const unsigned blocks = static_cast<unsigned>((M + kWsRows - 1) / kWsRows * ((N + kWsCols - 1) / kWsCols));
-  const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kWsCols);
-  launch_kernel_whole(ws_matmul, dim3(blocks), dim3(kWsThreads), ws_smem(), M, x.cols, bias, y.data, N, sp, xm, wm);
+  const unsigned blocks = static_cast<unsigned>((M + kWsRows - 1) / kWsRows * ((N + kBn - 1) / kBn));
+  const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kBn);
+  const CUtensorMap um = kGlu ? box_map(up->data, x.cols, N, x.cols, kBn) : wm;
+  launch_kernel_whole(ws_matmul<kGlu>, dim3(blocks), dim3(kWsThreads), ws_smem(), M, x.cols, bias, y.data, N, sp,
+                      xm, wm, um, act);
 }
 
 // A tile letter a.. from variable `name` as 0.., "0" as -2, unset or anything else as -1.
@@ -262,7 +266,7 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
   const bool ws_ok = !x_lo(be) && x.cols % kSwzRow == 0 && tma_ready();
   if (ws_ok && (forced == kTileE || (forced < 0 && M <= 64 && few == kTileE))) {
-    launch_ws(split_x(be, x, Kp), Kp, x, w, bias, y, sp);
+    launch_ws<false>(split_x(be, x, Kp), Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   // Where tile e cannot take the launch, the tile the defaults pick.
@@ -280,7 +284,7 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
   if (fold && ws_ok && M > 64 && pin < 0 && ws_takes(M, y.cols, sp.s)) {
-    launch_ws(hi, Kp, x, w, bias, y, sp);
+    launch_ws<false>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   with_xlo(be, [&](auto xlo) {
@@ -289,6 +293,28 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
     else launch_tile<true, L>(cfg, hi, lo, Kp, x, w, bias, y, sp, be);
   });
   return true;
+}
+
+bool glu_takes(const CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int64_t N) {
+  // TF_CUDA_GLU=0 leaves gate, up and act_mul to three launches (side-by-side timing); a forced
+  // tile does too, so its forms stay whole.
+  static const bool off = [] {
+    const char* e = std::getenv("TF_CUDA_GLU");
+    return (e && std::string(e) == "0") || tile_env("TF_CUDA_WG_TILE") != -1;
+  }();
+  const int64_t M = x.rows;
+  if (off || x_lo(be) || gate.dtype != DType::BF16 || up.dtype != DType::BF16 || M <= 64 ||
+      x.cols % kSwzRow != 0 || !wgmma_ready() || !tma_ready())
+    return false;
+  // One slice only: a block holds gate's and up's whole chains at once.
+  const int64_t blocks = (M + kWsRows - 1) / kWsRows * ((N + kWsCols / 2 - 1) / (kWsCols / 2));
+  return many_rows_split(x.cols, N).s == 1 && blocks >= kTargetBlocks / 4;
+}
+
+void launch_bf16_glu(CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int act,
+                     Tensor y) {
+  const int64_t Kp = (x.cols + 31) / 32 * 32;
+  launch_ws<true>(split_x(be, x, Kp), Kp, x, gate, &up, act, nullptr, y, many_rows_split(x.cols, y.cols));
 }
 
 bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws) {

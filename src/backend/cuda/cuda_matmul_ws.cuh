@@ -20,15 +20,25 @@ constexpr int kWsThreads = 3 * 128;
 // Column tiles a group of blocks walks before the next group: a wave's x rows and weight columns
 // stay in L2 together.
 constexpr int kWsGroup = 8;
+// How many 8-column groups of running totals a consumer thread loads at once when it folds a slice.
+constexpr int kWsFoldChunk = 8;
 
 constexpr int ws_smem() { return kWsStages * (kWsRows + kWsCols) * kSwzRow * 2 + 1024; }
+
+// The columns of y a block writes: kGlu's 256 products are 128 of gate and the same 128 of up.
+template <bool kGlu>
+__host__ __device__ constexpr int ws_out_cols() { return kGlu ? kWsCols / 2 : kWsCols; }
 
 // y (M x N, f32) = x (M x K, bf16 plane xh, rows Kp apart) times w (N x K, bf16), K % 64 == 0. A
 // block computes a 128 x 256 tile; slices of sp.ks end each chain, folded into y in slice order
 // (y holds the running total), then the bias. maps: x in boxes of 128 rows, w of 256.
+// kGlu: y = act(x gate^T) * (x up^T) as act_mul computes it, gate in wmap and up in umap (boxes of
+// 128 rows each, one slice, no bias); act is act_value's code.
+template <bool kGlu>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_matmul(int64_t M, int64_t K, const float* __restrict__ bias, float* __restrict__ y, int64_t N,
-              SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap) {
+              SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
+              const __grid_constant__ CUtensorMap umap, int act) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
@@ -42,11 +52,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty0 = full0 + 8 * kWsStages;
   const int tid = threadIdx.x;
   // Block b: groups of kWsGroup column tiles, each walked row tile by row tile.
-  const int64_t rows_t = (M + kWsRows - 1) / kWsRows, cols_t = (N + kWsCols - 1) / kWsCols;
+  constexpr int kBn = ws_out_cols<kGlu>();
+  const int64_t rows_t = (M + kWsRows - 1) / kWsRows, cols_t = (N + kBn - 1) / kBn;
   const int64_t b = blockIdx.x, per_group = kWsGroup * rows_t, g = b / per_group, in = b % per_group;
   const int64_t width = cols_t - g * kWsGroup < kWsGroup ? cols_t - g * kWsGroup : kWsGroup;
-  const int64_t m0 = in / width * kWsRows, n0 = (g * kWsGroup + in % width) * kWsCols;
+  const int64_t m0 = in / width * kWsRows, n0 = (g * kWsGroup + in % width) * kBn;
   const int tiles = static_cast<int>(K / kSwzRow), per_slice = static_cast<int>(sp.ks / kSwzRow);
+  // Whole blocks with 8-byte aligned pairs fold and store by pairs; the edges pair by pair, checked.
+  const bool inside = m0 + kWsRows <= M && n0 + kWsCols <= N && N % 2 == 0 &&
+                      reinterpret_cast<uintptr_t>(y) % 8 == 0 && reinterpret_cast<uintptr_t>(bias) % 8 == 0;
   if (tid == 0) {
     for (int i = 0; i < kWsStages; ++i) {
       mbar_init(full0 + 8 * i, 1);
@@ -66,6 +80,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mbar_expect(bar, 2 * kStage);
         tma_box(so, &xmap, t * kSwzRow, static_cast<int>(m0), bar);
         tma_box(so + 2 * kX, &wmap, t * kSwzRow, static_cast<int>(n0), bar);
+        if constexpr (kGlu) tma_box(so + 2 * (kX + kBn * kSwzRow), &umap, t * kSwzRow, static_cast<int>(n0), bar);
       }
     }
     return;
@@ -96,6 +111,62 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * ((tend - 1) % kWsStages));
     // The slice ended: its chain joins the running total in y, in slice order, then the bias.
     const bool first = t0 == 0, last = tend == tiles;
+    if constexpr (kGlu) {
+      // Columns j < 16 of the accumulators are gate's, j + 16 up's at the same output column.
+#pragma unroll
+      for (int j = 0; j < kWsCols / 16; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = r0 + 8 * h, c = c0 + 8 * j;
+          const float* gv = acc + 4 * j + 2 * h;
+          const float* uv = acc + 4 * (j + kWsCols / 16) + 2 * h;
+          if (r < M && c < N)
+            store_pair(y + r * N, c, N, act_value(act, gv[0]) * uv[0], act_value(act, gv[1]) * uv[1]);
+        }
+      continue;
+    }
+    if (inside) {
+      if (!first) {
+        // The totals of a chunk of columns are loaded together, so their reads wait on L2 once a
+        // chunk; the empty asm keeps the chunks' loads apart, within the registers.
+#pragma unroll
+        for (int j0 = 0; j0 < kWsCols / 8; j0 += kWsFoldChunk) {
+          float2 prev[kWsFoldChunk][2];
+#pragma unroll
+          for (int j = 0; j < kWsFoldChunk; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              prev[j][h] = *reinterpret_cast<const float2*>(y + (r0 + 8 * h) * N + c0 + 8 * (j0 + j));
+#pragma unroll
+          for (int j = 0; j < kWsFoldChunk; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float* a2 = acc + 4 * (j0 + j) + 2 * h;
+              a2[0] = __fadd_rn(prev[j][h].x, a2[0]), a2[1] = __fadd_rn(prev[j][h].y, a2[1]);
+            }
+          asm volatile("" ::: "memory");
+        }
+      }
+      if (last && bias) {
+#pragma unroll
+        for (int j = 0; j < kWsCols / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float2 b2 = *reinterpret_cast<const float2*>(bias + c0 + 8 * j);
+            acc[4 * j + 2 * h] = __fadd_rn(acc[4 * j + 2 * h], b2.x);
+            acc[4 * j + 2 * h + 1] = __fadd_rn(acc[4 * j + 2 * h + 1], b2.y);
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < kWsCols / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(y + (r0 + 8 * h) * N + c0 + 8 * j) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+#pragma unroll
+      for (int i = 0; i < kWsCols / 2; ++i) acc[i] = 0.0f;
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < kWsCols / 8; ++j)
 #pragma unroll
