@@ -268,6 +268,15 @@ class Backend {
                               Tensor /*out*/) {
     return false;
   }
+  // out = (act(x gate^T) * (x up^T)) down^T: a gated MLP with the bits of matmul_act_mul (or
+  // matmul_many and act_mul) then matmul; act_scratch [m x inter] may be used and is left
+  // unspecified. Returns false where matmul_act_mul is not taken; the caller then runs the ops.
+  virtual bool mlp_gated(Act act, const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
+                         Tensor act_scratch, Tensor out) {
+    if (!matmul_act_mul(act, x, gate, up, act_scratch)) return false;
+    matmul(act_scratch, down, nullptr, out);
+    return true;
+  }
   // y += x
   virtual void add(Tensor y, const Tensor& x) = 0;
   // x *= s

@@ -161,10 +161,9 @@ void mlp_forward(Backend& b, const MlpBlock& m, Tensor in, Tensor out, Tensor ga
   const int64_t rows = in.rows;
   Tensor g{gate.data, rows, m.inter}, u{up.data, rows, m.inter}, a{act.data, rows, m.inter};
   if (m.gate) {
-    if (!b.matmul_act_mul(m.act, in, *m.gate, *m.up, a)) {
-      b.matmul_many(in, {{m.gate.get(), nullptr, g}, {m.up.get(), nullptr, u}});
-      b.act_mul(m.act, g, u, a);
-    }
+    if (b.mlp_gated(m.act, in, *m.gate, *m.up, *m.down, a, out)) return;
+    b.matmul_many(in, {{m.gate.get(), nullptr, g}, {m.up.get(), nullptr, u}});
+    b.act_mul(m.act, g, u, a);
   } else {
     b.matmul(in, *m.up, nullptr, u);
     b.activate(m.act, u, a);

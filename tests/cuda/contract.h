@@ -25,6 +25,9 @@ using PrepFn = std::function<void(Backend&, Tensor, Tensor, const Tensor&, const
                                    const AttnParams&, KvStorage&, int, const RowLayout&)>;
 // matmul_act_mul: false where the backend left the shape to matmul_many and act_mul.
 using GluFn = std::function<bool(Backend&, Act, const Tensor&, const Weight&, const Weight&, Tensor)>;
+// mlp_gated: false where the backend left the MLP to its ops.
+using MlpFn = std::function<bool(Backend&, Act, const Tensor&, const Weight&, const Weight&, const Weight&, Tensor,
+                                 Tensor)>;
 using TopkFn = std::function<void(Backend&, const Tensor&, int, bool, int32_t*, float*)>;
 using ScatterFn = std::function<void(Backend&, Tensor, const Tensor&, const int32_t*, const float*, int)>;
 using SampleFn = std::function<void(Backend&, const Tensor&, const std::vector<SampleSpec>&,
@@ -35,6 +38,7 @@ RmsFn real_rmsnorm();
 RopeFn real_rope();
 ActFn real_act();
 GluFn real_glu();
+MlpFn real_mlp();
 StoreFn real_store();
 AttnFn real_attention();
 PrepFn real_prep();
@@ -63,6 +67,10 @@ std::string matmul_gate_all(const MatmulFn& f, Backend& gpu, Backend& cpu, DType
 // and act_mul, bit-equal to the gpu's matmul_many then act_mul, and across row batches of ms.
 std::string matmul_act_mul_gate(const GluFn& f, Backend& gpu, Backend& cpu, Act act, int64_t K, int64_t N,
                                 int64_t M, const std::vector<int64_t>& ms, uint32_t seed);
+// mlp_gated (H -> I -> H, BF16 weights, M rows) against the cpu's ops, bit-equal to the gpu's
+// matmul_many, act_mul and matmul, and across row batches of ms.
+std::string mlp_gated_gate(const MlpFn& f, Backend& gpu, Backend& cpu, Act act, int64_t H, int64_t I, int64_t M,
+                           const std::vector<int64_t>& ms, uint32_t seed);
 // add_rmsnorm against the cpu, bit-equal to the gpu's add then rmsnorm, and across row batches.
 std::string add_rmsnorm_gate(Backend& gpu, Backend& cpu, int64_t n, bool add_one, uint32_t seed);
 std::string rmsnorm_gate(const RmsFn& f, Backend& gpu, Backend& cpu, DType gdt, int64_t n,
@@ -100,6 +108,7 @@ RmsFn control_rmsnorm_order_by_m();
 RopeFn control_rope_row_as_pos();
 ActFn control_act_gelu_erf();
 GluFn control_glu_swapped();
+MlpFn control_mlp_down_unrounded();
 StoreFn control_store_ignores_pages();
 PrepFn control_prep_norm_reversed();
 PrepFn control_prep_store_before_rope();

@@ -210,6 +210,23 @@ GluFn control_glu_swapped() {
   };
 }
 
+// The MLP with down fed act's f32 products whole, not the bf16 plane the rule rounds them to; the
+// gpu's own ops in f32 mode, where that is the rule, with gate and up swapped instead.
+MlpFn control_mlp_down_unrounded() {
+  return [](Backend& be, Act act, const Tensor& x, const Weight& g, const Weight& u, const Weight& d, Tensor a,
+            Tensor o) {
+    const bool bf16 = be.matmul_input() == MatmulInput::BF16;
+    Tensor tg = be.alloc(a.rows, a.cols), tu = be.alloc(a.rows, a.cols);
+    be.matmul_many(x, {{bf16 ? &g : &u, nullptr, tg}, {bf16 ? &u : &g, nullptr, tu}});
+    be.act_mul(act, tg, tu, a);
+    if (bf16) be.set_matmul_input(MatmulInput::F32);
+    be.matmul(a, d, nullptr, o);
+    if (bf16) be.set_matmul_input(MatmulInput::BF16);
+    be.free(tg), be.free(tu);
+    return true;
+  };
+}
+
 StoreFn control_store_ignores_pages() {
   return [](Backend& be, KvStorage& kv, int layer, const Tensor& k, const Tensor& v, const RowLayout& rows) {
     RowLayout lay = rows;

@@ -271,6 +271,14 @@ std::vector<Case> kernels() {
   v.push_back({"matmul_act_mul squared ReLU 700x192x3000 (sampled m)", [glu_ms](Backend& g, Backend& c) {
                  return matmul_act_mul_gate(real_glu(), g, c, Act::Relu2, 192, 3000, 700, glu_ms, 44);
                }});
+  // The whole MLP: down reading act's bf16 plane straight from the gated launch (I % 64 == 0), and
+  // where I is not, down on the gated launch's f32 output.
+  v.push_back({"mlp_gated SiLU 520 rows 256 -> 3456 -> 256 (sampled m)", [glu_ms](Backend& g, Backend& c) {
+                 return mlp_gated_gate(real_mlp(), g, c, Act::SiLU, 256, 3456, 520, glu_ms, 45);
+               }});
+  v.push_back({"mlp_gated GELU 600 rows 192 -> 3400 -> 192 (sampled m)", [glu_ms](Backend& g, Backend& c) {
+                 return mlp_gated_gate(real_mlp(), g, c, Act::GeluTanh, 192, 3400, 600, glu_ms, 46);
+               }});
   v.push_back({"add + scale", [](Backend& g, Backend& c) { return add_scale_gate(g, c, 51); }});
   v.push_back({"embed (all dtypes)", [](Backend& g, Backend& c) { return embed_gate(g, c, 52); }});
   v.push_back({"gather_rows + scatter_add_scaled", [](Backend& g, Backend& c) {
@@ -364,6 +372,10 @@ std::vector<Case> controls(MatmulInput mi) {
                }});
   v.push_back({"matmul_act_mul with gate and up swapped", [](Backend& g, Backend& c) {
                  return matmul_act_mul_gate(control_glu_swapped(), g, c, Act::SiLU, 256, 3400, 520, {1, 65}, 42);
+               }});
+  v.push_back({"mlp_gated with down on unrounded activations (bf16) or gate and up swapped (f32)",
+               [](Backend& g, Backend& c) {
+                 return mlp_gated_gate(control_mlp_down_unrounded(), g, c, Act::SiLU, 256, 3456, 520, {1, 65}, 45);
                }});
   v.push_back({"attention_prep adding a head's squares in reverse", [](Backend& g, Backend& c) {
                  return attention_prep_gate(control_prep_norm_reversed(), g, c, attn(32, 4, 128), 128, true, true,

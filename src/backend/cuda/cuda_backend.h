@@ -123,6 +123,8 @@ class CudaBackend : public Backend {
   void rope(Tensor x, int n_heads, const int32_t* pos, const RopeParams& p) override;
   void act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor out) override;
   bool matmul_act_mul(Act act, const Tensor& x, const Weight& gate, const Weight& up, Tensor out) override;
+  bool mlp_gated(Act act, const Tensor& x, const Weight& gate, const Weight& up, const Weight& down,
+                 Tensor act_scratch, Tensor out) override;
   void add(Tensor y, const Tensor& x) override;
   void scale(Tensor x, float s) override;
   void kv_store(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,

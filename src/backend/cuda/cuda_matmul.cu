@@ -394,4 +394,32 @@ bool CudaBackend::matmul_act_mul(Act act, const Tensor& x, const Weight& gt, con
   return true;
 }
 
+bool CudaBackend::mlp_gated(Act act, const Tensor& x, const Weight& gt, const Weight& ut, const Weight& dt,
+                            Tensor a, Tensor out) {
+  const CudaWeight& g = as_cuda(gt, "matmul");
+  const CudaWeight& u = as_cuda(ut, "matmul");
+  const CudaWeight& d = as_cuda(dt, "matmul");
+  // Down reads act's bf16 plane as the gated launch leaves it in act_scratch (half its bytes), with
+  // no split of its own, where the plane's rows need no padding.
+  const bool plane = d.dtype == DType::BF16 && d.cols == g.rows && g.rows % kSwzRow == 0 && a.rows == x.rows &&
+                     a.cols == g.rows && out.rows == x.rows && out.cols == d.rows && g.rows == u.rows &&
+                     x.cols == g.cols && x.cols == u.cols && glu_takes(*this, x, g, u, g.rows);
+  if (!plane) return Backend::mlp_gated(act, x, gt, ut, dt, a, out);
+  check_tensor(x, "matmul", "x");
+  check_tensor(a, "matmul", "act");
+  check_tensor(out, "matmul", "y");
+  auto* hi = reinterpret_cast<uint16_t*>(a.data);
+  {
+    const ProfScope prof(*this, "matmul_act_mul", &gt.name, x.rows);
+    launch_bf16_glu(*this, x, g, u, act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2, a, hi);
+    check_launch("matmul_act_mul");
+  }
+  const ProfScope prof(*this, "matmul", &dt.name, x.rows);
+  const Tensor ax{a.data, x.rows, g.rows};
+  TF_CHECK(launch_bf16_wgmma(*this, ax, d, nullptr, out, many_rows_split(g.rows, d.rows), hi),
+           "mlp_gated: ", dt.name, " found no launch for its bf16 plane");
+  check_launch("matmul");
+  return true;
+}
+
 }  // namespace tf::cuda

@@ -410,18 +410,20 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
                       Tensor y, const SplitArgs& sp);
 
 // The same on Hopper's warpgroup mma (cuda_matmul_wgmma.cu); false where the device or the shape
-// is not one it takes.
+// is not one it takes. ready: x's bf16 plane as split_x makes it (bf16 mode, rows Kp apart), made
+// already; the launch then reads only x's shape, and takes any shape of more than 64 rows.
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
-                       Tensor y, const SplitArgs& sp);
+                       Tensor y, const SplitArgs& sp, const uint16_t* ready = nullptr);
 
 // Whether launch_bf16_glu takes x times gate and up into N columns: bf16 mode, more than 64 rows,
 // one slice over K, and blocks enough (cuda_matmul_wgmma.cu).
 bool glu_takes(const CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int64_t N);
 
 // y = act(x gate^T) * (x up^T) in one launch, each element as matmul then act_mul compute it; act
-// is act_value's code.
+// is act_value's code. With yh set (y.cols even) y is not written: yh gets the bf16 plane split_x
+// would make of it, rows y.cols apart.
 void launch_bf16_glu(CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int act,
-                     Tensor y);
+                     Tensor y, uint16_t* yh = nullptr);
 
 // Whether launch_bf16_wgmma_many takes these BF16 matmuls of one x: 17..64 rows on a device with
 // the warpgroup tiles, and more where one of them alone would be too narrow for those tiles,

@@ -227,7 +227,7 @@ bool ws_takes(int64_t M, int64_t N, int slices) {
 // Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp.
 template <bool kGlu>
 void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const CudaWeight* up,
-               int act, const float* bias, Tensor y, const SplitArgs& sp) {
+               int act, const float* bias, Tensor y, const SplitArgs& sp, uint16_t* yh = nullptr) {
   static bool raised = false;
   if (!raised) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu>, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem()),
@@ -240,7 +240,7 @@ void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight
   const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kBn);
   const CUtensorMap um = kGlu ? box_map(up->data, x.cols, N, x.cols, kBn) : wm;
   launch_kernel_whole(ws_matmul<kGlu>, dim3(blocks), dim3(kWsThreads), ws_smem(), M, x.cols, bias, y.data, N, sp,
-                      xm, wm, um, act);
+                      xm, wm, um, act, yh);
 }
 
 // A tile letter a.. from variable `name` as 0.., "0" as -2, unset or anything else as -1.
@@ -254,7 +254,7 @@ int tile_env(const char* name) {
 }  // namespace
 
 bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
-                       Tensor y, const SplitArgs& sp) {
+                       Tensor y, const SplitArgs& sp, const uint16_t* ready) {
   if (w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16 || !wgmma_ready()) return false;
   // TF_CUDA_WG_TILE=a..e forces a tile for every shape it takes; TF_CUDA_WG_FEW=a..e picks the
   // tile for 17..64 rows and =0 leaves those rows to the mma.sync tiles (side-by-side timing).
@@ -266,7 +266,7 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
   const bool ws_ok = !x_lo(be) && x.cols % kSwzRow == 0 && tma_ready();
   if (ws_ok && (forced == kTileE || (forced < 0 && M <= 64 && few == kTileE))) {
-    launch_ws<false>(split_x(be, x, Kp), Kp, x, w, nullptr, 0, bias, y, sp);
+    launch_ws<false>(ready ? ready : split_x(be, x, Kp), Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   // Where tile e cannot take the launch, the tile the defaults pick.
@@ -278,8 +278,8 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   // The mma.sync tiles are faster where these tiles (with their slices, at 64 rows or fewer)
   // would leave half the SMs idle.
   const int64_t blocks = M <= 64 ? tiles * sp.s : tiles;
-  if (pin < 0 && blocks < kTargetBlocks / 8) return false;
-  const uint16_t* hi = split_x(be, x, Kp);
+  if (pin < 0 && blocks < kTargetBlocks / 8 && !ready) return false;
+  const uint16_t* hi = ready ? ready : split_x(be, x, Kp);
   const uint16_t* lo = x_lo(be) ? hi + M * Kp : nullptr;
   // Tiles enough for this kernel are enough to fold: partials cost more than the idle SMs.
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
@@ -312,9 +312,9 @@ bool glu_takes(const CudaBackend& be, const Tensor& x, const CudaWeight& gate, c
 }
 
 void launch_bf16_glu(CudaBackend& be, const Tensor& x, const CudaWeight& gate, const CudaWeight& up, int act,
-                     Tensor y) {
+                     Tensor y, uint16_t* yh) {
   const int64_t Kp = (x.cols + 31) / 32 * 32;
-  launch_ws<true>(split_x(be, x, Kp), Kp, x, gate, &up, act, nullptr, y, many_rows_split(x.cols, y.cols));
+  launch_ws<true>(split_x(be, x, Kp), Kp, x, gate, &up, act, nullptr, y, many_rows_split(x.cols, y.cols), yh);
 }
 
 bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws) {

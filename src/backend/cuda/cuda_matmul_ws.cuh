@@ -33,12 +33,13 @@ __host__ __device__ constexpr int ws_out_cols() { return kGlu ? kWsCols / 2 : kW
 // block computes a 128 x 256 tile; slices of sp.ks end each chain, folded into y in slice order
 // (y holds the running total), then the bias. maps: x in boxes of 128 rows, w of 256.
 // kGlu: y = act(x gate^T) * (x up^T) as act_mul computes it, gate in wmap and up in umap (boxes of
-// 128 rows each, one slice, no bias); act is act_value's code.
+// 128 rows each, one slice, no bias); act is act_value's code. With yh set (N even) it goes there
+// instead, as the bf16 plane split_x would make of y (rows N apart).
 template <bool kGlu>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_matmul(int64_t M, int64_t K, const float* __restrict__ bias, float* __restrict__ y, int64_t N,
               SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-              const __grid_constant__ CUtensorMap umap, int act) {
+              const __grid_constant__ CUtensorMap umap, int act, uint16_t* __restrict__ yh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
@@ -120,8 +121,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           const int64_t r = r0 + 8 * h, c = c0 + 8 * j;
           const float* gv = acc + 4 * j + 2 * h;
           const float* uv = acc + 4 * (j + kWsCols / 16) + 2 * h;
-          if (r < M && c < N)
-            store_pair(y + r * N, c, N, act_value(act, gv[0]) * uv[0], act_value(act, gv[1]) * uv[1]);
+          if (r >= M || c >= N) continue;
+          const float v0 = act_value(act, gv[0]) * uv[0], v1 = act_value(act, gv[1]) * uv[1];
+          if (yh) *reinterpret_cast<uint32_t*>(yh + r * N + c) = pack2(bf16_bits(v0), bf16_bits(v1));
+          else store_pair(y + r * N, c, N, v0, v1);
         }
       continue;
     }
