@@ -77,6 +77,9 @@ struct GroupedRows {
   const float* x2 = nullptr;
 };
 
+// act_value's code of an activation (cuda_util.cuh): 0 SiLU, 1 GELU (tanh), 2 squared ReLU.
+inline int act_code(Act act) { return act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2; }
+
 // The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's
 // ids, weights and penalized rows, rope's cos/sin table.
 enum BufferSlot : int {

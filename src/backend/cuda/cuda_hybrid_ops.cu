@@ -85,7 +85,7 @@ void CudaBackend::activate(Act act, const Tensor& x, Tensor out) {
            "] into out [", out.rows, " x ", out.cols, "]");
   const int64_t n = x.rows * x.cols;
   if (n == 0) return;
-  const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
+  const int a = act_code(act);
   launch_kernel(activate_kernel, grid_for(n, 256), 256, 0, a, x.data, out.data, n);
   check_launch("activate");
 }

@@ -389,7 +389,7 @@ bool CudaBackend::matmul_act_mul(Act act, const Tensor& x, const Weight& gt, con
   const ProfScope prof(*this, "matmul_act_mul", &gt.name, x.rows);
   check_tensor(x, "matmul", "x");
   check_tensor(out, "matmul", "y");
-  launch_bf16_glu(*this, x, g, u, act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2, out);
+  launch_bf16_glu(*this, x, g, u, act_code(act), out);
   check_launch("matmul_act_mul");
   return true;
 }
@@ -411,7 +411,7 @@ bool CudaBackend::mlp_gated(Act act, const Tensor& x, const Weight& gt, const We
   auto* hi = reinterpret_cast<uint16_t*>(a.data);
   {
     const ProfScope prof(*this, "matmul_act_mul", &gt.name, x.rows);
-    launch_bf16_glu(*this, x, g, u, act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2, a, hi);
+    launch_bf16_glu(*this, x, g, u, act_code(act), a, hi);
     check_launch("matmul_act_mul");
   }
   const ProfScope prof(*this, "matmul", &dt.name, x.rows);

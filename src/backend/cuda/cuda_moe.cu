@@ -516,7 +516,7 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   // Down reads act(gate) * up (or act(up)) as it splits its x, as act_mul and activate compute it.
   GroupedRows gd = gr;
   gd.w = ptrs + 2 * E, gd.w2 = nullptr, gd.y2 = nullptr, gd.x_div = 1;
-  gd.act = ex.act == Act::SiLU ? 0 : ex.act == Act::GeluTanh ? 1 : 2;
+  gd.act = act_code(ex.act);
   gd.x2 = gated ? ubuf : nullptr;
   {
     const ProfScope ps(*this, "moe down", nullptr, m);

@@ -359,7 +359,7 @@ void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor 
            "], out [", out.rows, " x ", out.cols, "]");
   const int64_t n = gate.rows * gate.cols;
   if (n == 0) return;
-  const int a = act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2;
+  const int a = act_code(act);
   if (vec4(n, {gate.data, up.data, out.data}))
     launch_kernel(act_mul4_kernel, grid_for(n / 4, 256), 256, 0, a,
                   reinterpret_cast<const float4*>(gate.data),
