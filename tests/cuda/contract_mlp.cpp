@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 
 #include "contract.h"
@@ -23,6 +24,34 @@ MlpFn real_mlp() {
   return [](Backend& be, Act a, const Tensor& x, const Weight& g, const Weight& u, const Weight& d, Tensor s,
             Tensor o) { return be.mlp_gated(a, x, g, u, d, s, o); };
 }
+
+namespace {
+
+// What both gates check once the fused op ran (fused: it took the shape) and its ops ran on the gpu:
+// close to the cpu, bit-equal to those ops where fused, and every row of the batches of ms bit-equal
+// to the whole call's. rows(off, m, y) computes rows [off, off + m) into y, fused where it takes them.
+std::string fused_checks(bool fused, const std::vector<float>& got, const std::vector<float>& unfused,
+                         const std::vector<float>& ref, const std::vector<double>& mag, double tol,
+                         const std::string& tag, const std::string& ops, Backend& gpu, int64_t M, int64_t N,
+                         const std::vector<int64_t>& ms, const std::function<void(int64_t, int64_t, Tensor)>& rows) {
+  const std::vector<float>& full = fused ? got : unfused;
+  std::printf("  measured %s: %s\n", tag.c_str(), fused ? "fused" : ("left to " + ops).c_str());
+  std::string e = close(full, ref, mag, tol, tag);
+  if (e.empty() && fused) e = exact(full, unfused, tag + " against " + ops);
+  for (size_t i = 0; e.empty() && i < ms.size(); ++i) {
+    const int64_t m = ms[i], off = offset_for(m, M);
+    Tensor ym = poisoned(gpu, m, N);
+    rows(off, m, ym);
+    auto part = host(gpu, ym);
+    gpu.free(ym);
+    for (int64_t r = 0; r < m && e.empty(); ++r)
+      if (!same_bits(part.data() + r * N, full.data() + (off + r) * N, N))
+        e = tag + ": row " + std::to_string(off + r) + " differs when computed in a batch of " + std::to_string(m);
+  }
+  return e;
+}
+
+}  // namespace
 
 std::string matmul_act_mul_gate(const GluFn& f, Backend& gpu, Backend& cpu, Act act, int64_t K, int64_t N,
                                 int64_t M, const std::vector<int64_t>& ms, uint32_t seed) {
@@ -68,30 +97,19 @@ std::string matmul_act_mul_gate(const GluFn& f, Backend& gpu, Backend& cpu, Act 
   Tensor x = upload(gpu, xs, M, K), y = poisoned(gpu, M, N);
   const bool fused = f(gpu, act, x, *g, *u, y);
   // The ops it stands for, on the gpu: the same bits are the contract.
-  Tensor yg = poisoned(gpu, M, N), yu = poisoned(gpu, M, N), y2 = poisoned(gpu, M, N);
-  gpu.matmul_many(x, {{g.get(), nullptr, yg}, {u.get(), nullptr, yu}});
-  gpu.act_mul(act, yg, yu, y2);
-  const auto unfused = host(gpu, y2);
-  std::vector<float> full = fused ? host(gpu, y) : unfused;
-  std::printf("  measured %s: %s\n", tag.c_str(), fused ? "one launch" : "left to matmul_many and act_mul");
-  std::string e = close(full, ref, mag, tol, tag);
-  if (e.empty() && fused) e = exact(full, unfused, tag + " against matmul_many then act_mul");
-  for (size_t i = 0; e.empty() && i < ms.size(); ++i) {
-    const int64_t m = ms[i], off = offset_for(m, M);
-    Tensor ym = poisoned(gpu, m, N);
-    if (!f(gpu, act, x.slice_rows(off, m), *g, *u, ym)) {
-      Tensor gm = poisoned(gpu, m, N), um = poisoned(gpu, m, N);
-      gpu.matmul_many(x.slice_rows(off, m), {{g.get(), nullptr, gm}, {u.get(), nullptr, um}});
-      gpu.act_mul(act, gm, um, ym);
-      gpu.free(gm), gpu.free(um);
-    }
-    auto part = host(gpu, ym);
-    gpu.free(ym);
-    for (int64_t r = 0; r < m && e.empty(); ++r)
-      if (!same_bits(part.data() + r * N, full.data() + (off + r) * N, N))
-        e = tag + ": row " + std::to_string(off + r) + " differs when computed in a batch of " + std::to_string(m);
-  }
-  gpu.free(x), gpu.free(y), gpu.free(yg), gpu.free(yu), gpu.free(y2);
+  auto ops = [&](const Tensor& xm, Tensor ym) {
+    Tensor gm = poisoned(gpu, xm.rows, N), um = poisoned(gpu, xm.rows, N);
+    gpu.matmul_many(xm, {{g.get(), nullptr, gm}, {u.get(), nullptr, um}});
+    gpu.act_mul(act, gm, um, ym);
+    gpu.free(gm), gpu.free(um);
+  };
+  Tensor y2 = poisoned(gpu, M, N);
+  ops(x, y2);
+  const std::string e = fused_checks(fused, host(gpu, y), host(gpu, y2), ref, mag, tol, tag, "matmul_many and act_mul",
+                                     gpu, M, N, ms, [&](int64_t off, int64_t m, Tensor ym) {
+                                       if (!f(gpu, act, x.slice_rows(off, m), *g, *u, ym)) ops(x.slice_rows(off, m), ym);
+                                     });
+  gpu.free(x), gpu.free(y), gpu.free(y2);
   return e;
 }
 
@@ -142,21 +160,14 @@ std::string mlp_gated_gate(const MlpFn& f, Backend& gpu, Backend& cpu, Act act, 
   };
   Tensor y2 = poisoned(gpu, M, H);
   ops(x, y2);
-  const auto unfused = host(gpu, y2);
-  std::vector<float> full = fused ? host(gpu, y) : unfused;
-  std::printf("  measured %s: %s\n", tag.c_str(), fused ? "taken" : "left to its ops");
-  std::string e = close(full, ref, mag, tol, tag);
-  if (e.empty() && fused) e = exact(full, unfused, tag + " against matmul_many, act_mul, matmul");
-  for (size_t i = 0; e.empty() && i < ms.size(); ++i) {
-    const int64_t m = ms[i], off = offset_for(m, M);
-    Tensor ym = poisoned(gpu, m, H), am = poisoned(gpu, m, I);
-    if (!f(gpu, act, x.slice_rows(off, m), *g, *u, *d, am, ym)) ops(x.slice_rows(off, m), ym);
-    auto part = host(gpu, ym);
-    gpu.free(ym), gpu.free(am);
-    for (int64_t r = 0; r < m && e.empty(); ++r)
-      if (!same_bits(part.data() + r * H, full.data() + (off + r) * H, H))
-        e = tag + ": row " + std::to_string(off + r) + " differs when computed in a batch of " + std::to_string(m);
-  }
+  const std::string e = fused_checks(fused, host(gpu, y), host(gpu, y2), ref, mag, tol, tag,
+                                     "matmul_many, act_mul and matmul", gpu, M, H, ms,
+                                     [&](int64_t off, int64_t m, Tensor ym) {
+                                       Tensor am = poisoned(gpu, m, I);
+                                       if (!f(gpu, act, x.slice_rows(off, m), *g, *u, *d, am, ym))
+                                         ops(x.slice_rows(off, m), ym);
+                                       gpu.free(am);
+                                     });
   gpu.free(x), gpu.free(y), gpu.free(a), gpu.free(y2);
   return e;
 }
