@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -28,7 +29,33 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
+// 1 in *out when this build holds the sm_90a code for the device it runs on.
+__global__ void wgmma_probe(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
 }  // namespace
+
+bool wgmma_ready() {
+  static const bool ready = [] {
+    // TF_CUDA_WGMMA=0: the mma.sync kernels, for side-by-side timing.
+    const char* e = std::getenv("TF_CUDA_WGMMA");
+    if (e && std::string(e) == "0") return false;
+    int* d = nullptr;
+    int h = 0;
+    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
+    wgmma_probe<<<1, 1, 0, stream()>>>(d);
+    const bool ok = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(d);
+    cudaGetLastError();  // a device without the code leaves a launch error behind
+    return ok && h == 1;
+  }();
+  return ready;
+}
 
 bool tma_ready() { return tensor_map_encoder() != nullptr; }
 

@@ -20,32 +20,6 @@ namespace tf::cuda::mm {
 
 namespace {
 
-// 1 in *out when this build holds the sm_90a code for the device it runs on.
-__global__ void wgmma_probe(int* out) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  *out = 1;
-#else
-  *out = 0;
-#endif
-}
-
-bool wgmma_ready() {
-  static const bool ready = [] {
-    // TF_CUDA_WGMMA=0: the mma.sync kernels, for side-by-side timing.
-    const char* e = std::getenv("TF_CUDA_WGMMA");
-    if (e && std::string(e) == "0") return false;
-    int* d = nullptr;
-    int h = 0;
-    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
-    wgmma_probe<<<1, 1, 0, stream()>>>(d);
-    const bool ok = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(d);
-    cudaGetLastError();  // a device without the code leaves a launch error behind
-    return ok && h == 1;
-  }();
-  return ready;
-}
-
 // The tiles a..d listed by variable `name` (its default where unset) as bits, tile 'a' + i at bit i;
 // other characters are ignored, so "none" lists none.
 unsigned tile_bits(const char* name, const char* fallback) {
