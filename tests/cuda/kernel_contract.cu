@@ -331,6 +331,10 @@ std::vector<Case> kernels() {
   at("L=150 3/1 hd=384", 150, attn(3, 1, 384), 16, 95);
   // hd_pad past head_dim (36 -> 40) on the flash kernels: the padded dims stage as zeros.
   at("L=300 4/2 hd=36", 300, attn(4, 2, 36), 16, 100);
+  // Head dims below a wgmma k-panel (16, 32 on the 64-dim flash kernel): one or two k16 steps.
+  at("L=200 4/2 hd=16", 200, attn(4, 2, 16), 16, 101);
+  at("L=300 4/2 hd=64", 300, attn(4, 2, 64), 16, 103);
+  at("L=150 8/2 hd=32 page 5", 150, attn(8, 2, 32), 5, 102);
   auto multi = [&](const std::string& name, std::vector<int> lens, AttnParams p, int ps, uint32_t seed) {
     v.push_back({"attention " + name, [=](Backend& g, Backend& c) {
                    return attention_multi_gate(real_attention(), g, c, lens, p, ps, seed);
@@ -339,6 +343,7 @@ std::vector<Case> kernels() {
   multi("4 sequences 700/1/65/130 8/2 hd=128", {700, 1, 65, 130}, attn(8, 2, 128), 16, 96);
   multi("3 sequences 300/129/64 4/2 hd=80 window=90", {300, 129, 64}, attn(4, 2, 80, 90), 16, 97);
   multi("2 sequences 1030/513 32/8 hd=128", {1030, 513}, attn(32, 8, 128), 16, 98);
+  multi("3 sequences 80/200/17 4/2 hd=16", {80, 200, 17}, attn(4, 2, 16), 16, 99);
   add_hybrid_kernels(v);
   for (auto& [name, run] : moe_kernel_cases()) v.push_back({name, run});
   return v;

@@ -2,8 +2,9 @@
 # --matmul-input f32 against bf16 on the card, from prebuilt binaries in $BIN_DIR (default .gpubin):
 #   tests/gpu/run_matmul_input.sh check   the kernel contract in both modes, plain and with shared
 #                                          memory poisoned (bf16's attention cases under every
-#                                          launch form, its matmul cases under the tile forms
-#                                          the defaults leave out), the GPU model tests
+#                                          launch form, the mma.sync flash kernel's too, its
+#                                          matmul cases under the tile forms the defaults leave
+#                                          out), the GPU model tests
 #                                          (MatmulInput included) and the golden check in bf16
 #   tests/gpu/run_matmul_input.sh bench   prefill 4,096 and 512, decode at batch 1, 8 and 64, both
 #                                          modes interleaved (tests/gpu/run_ab.sh), and the contract's
@@ -26,7 +27,8 @@ check)
   # Every attention launch form in bf16 mode (run_checks.sh runs them at f32), all at once.
   i=0
   for form in "TF_CUDA_FLASH=0" "TF_CUDA_FLASH_SPLIT=1" "TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_FLASH_SPLIT=3" \
-              "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1"; do
+              "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1" "TF_CUDA_FLASH_WG=0" \
+              "TF_CUDA_FLASH_WG=0 TF_CUDA_FLASH_SPLIT=2"; do
     i=$((i + 1))
     ( echo "bf16 $form: $(env $form timeout 200 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
       grep -E 'SUMMARY|FAIL')" > "$OUT/form_a$i.txt" ) &

@@ -2,13 +2,18 @@
 // pairs, each warp 16 of them with their scores, weights and running sums in registers, while
 // the block streams each split's K and V tiles through shared memory by cp.async (the next tile
 // loads during this one's products; bf16 mode's tiles stay bf16 and reach the k16 products by
-// ldmatrix). The arithmetic is the order rule of cuda_attention.cu, run through the same helpers
-// (cuda_attention.cuh) as the tile kernel, so the bits are the same. Split-mode blocks of at most
-// 16 pairs (decode rows) run the decode kernels of cuda_attention_decode.cu.
+// ldmatrix, or on sm_90a as one warpgroup's wgmma from swizzled tiles). The arithmetic is the
+// order rule of cuda_attention.cu, run through the same helpers (cuda_attention.cuh) as the tile
+// kernel, so the bits are the same. Split-mode blocks of at most 16 pairs (decode rows) run the
+// decode kernels of cuda_attention_decode.cu.
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_attention_stage.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_hopper.cuh"
+#include "backend/cuda/cuda_matmul.cuh"
 
 namespace tf::cuda::attn {
 
@@ -353,11 +358,149 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
   if (busy && !part) flash_out(a, it, f, o, warp, gq, tq);
 }
 
+// bf16 mode on sm_90a for head dims a multiple of 8: the four warps are one warpgroup, and each
+// split's products are wgmma m64n64k16, A (q, then the weights) from registers as
+// flash_bf16_kernel holds them, B (K, then V read N-major) from 128-byte-swizzled tiles. A wgmma
+// element is the k16 step of mma.m16n8k16 in the same fragment layout, so the steps, weights and
+// folds, and the bits, are flash_bf16_kernel's. Two blocks an SM, so no register spills. Every
+// head dim stages 128 dims (zeros past head_dim): a 64-dim form failed the contract on blocks of
+// more than one split, so it is not built.
+constexpr int kWgDims = kChunk;
+constexpr size_t kFlashWgSmem =
+    4 * static_cast<size_t>(kWgDims) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024;
+
+__global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  grid_wait();
+  grid_launch_next();
+  using mm::kSwzRow;
+  constexpr int kTile = kWgDims * kSplit;  // elements of a K or V tile
+  constexpr int kPanel = kSplit * kSwzRow;  // elements of 64 of its dims
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [2 stages][K, V][2 panels][kSplit][64]
+  auto* kslot = reinterpret_cast<int64_t*>(tiles + 4 * kTile);   // [2][kSplit]
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const bool part = c >= 0;
+  const Item it = item_of(a, g, c);
+  const int s0 = it.s0, s1 = it.s1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, steps = a.hd_pad / 16;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+  // A thread copies 16-byte unit u of every kstep-th key from key0 < kstep, of K and of V.
+  constexpr int units = kWgDims / 8, kstep = kThreads / units;
+  const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
+  auto stage = [&](int b) {
+    uint16_t* kt = tiles + 2 * b * kTile + u / 8 * kPanel;
+    const int64_t* sl = kslot + b * kSplit;
+#pragma unroll
+    for (int i = 0; i < kSplit / kstep; ++i) {
+      const int key = key0 + i * kstep;
+      const int64_t off = sl[key];
+      const bool ok = off >= 0 && d0 < hd;
+      const int at = mm::swz_at(key, 8 * (u % 8));
+      cp_async16(kt + at, kpool + (ok ? off + d0 : 0), ok);
+      cp_async16(kt + kTile + at, vpool + (ok ? off + d0 : 0), ok);
+    }
+    cp_async_commit();
+  };
+  fill_slots<kThreads>(kslot, a, it, s0);
+  if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
+  FlashPairs f = flash_pairs(a, it, warp, gq);
+  // q's A fragments as flash_bf16_kernel loads them.
+  uint32_t qa[kWgDims / 16][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h;
+    const float* qr = a.q + static_cast<int64_t>(it.r0 + (p < it.P ? p / a.hpb : 0)) * a.ldq +
+                      static_cast<int64_t>(it.h0 + (p < it.P ? p % a.hpb : 0)) * hd;
+#pragma unroll
+    for (int k = 0; k < kWgDims / 16; ++k)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int d = 16 * k + 8 * v + 2 * tq;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (p < it.P && d < hd) x = *reinterpret_cast<const float2*>(qr + d);
+        qa[k][2 * v + h] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
+      }
+  }
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  __syncthreads();
+  stage(0);
+  if (s0 < s1) stage(1);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    const uint16_t* kt = tiles + 2 * b * kTile;
+    const uint16_t* vt = kt + kTile;
+    if (s < s1) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async data to wgmma
+    __syncthreads();
+    if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
+    // Every warp takes part in the warpgroup's products; a warp past P holds only masked pairs.
+    float sc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < kWgDims / 16; ++k) {
+      if (k >= steps) break;
+      wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    const SplitJoin jn = flash_softmax<false>(a, it, f, sc, warp, gq, tq, s, part);
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      pa[j][0] = pack_bf16(sc[2 * j][0], sc[2 * j][1]);
+      pa[j][1] = pack_bf16(sc[2 * j][2], sc[2 * j][3]);
+      pa[j][2] = pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]);
+      pa[j][3] = pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3]);
+    }
+    // 64 dims at a time: key step j of panel h starts 16 j rows into it.
+#pragma unroll
+    for (int h = 0; h < kWgDims / 64; ++h) {
+      float os[8][4];
+#pragma unroll
+      for (int t = 0; t < 8; ++t) os[t][0] = os[t][1] = os[t][2] = os[t][3] = 0.0f;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      flash_take<8>(a, it, jn, o, os, 8 * h, warp, gq, tq, s, part);
+    }
+    __syncthreads();
+    if (s + 2 <= s1) stage(b);
+  }
+  if (!part) flash_out(a, it, f, o, warp, gq, tq);
+#else
+  __trap();  // launched only where wgmma_ready() found the sm_90a code
+#endif
+}
+
+// TF_CUDA_FLASH_WG=0 keeps bf16 mode on flash_bf16_kernel, for timing and the contract's forms.
+bool flash_wg_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_FLASH_WG");
+    return !(e && std::string(e) == "0") && wgmma_ready();
+  }();
+  return on;
+}
+
 }  // namespace
 
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
-  static std::atomic<bool> ready_f32{false}, ready_bf16{false};
+  static std::atomic<bool> ready_f32{false}, ready_bf16{false}, ready_wg{false};
   if (a.lo) launch_attention_kernel(flash_kernel, ready_f32, kThreads, flash_smem<true>(), a, n_items, yblocks);
+  else if (a.head_dim % 8 == 0 && flash_wg_on())
+    launch_attention_kernel(flash_wg_kernel, ready_wg, kThreads, kFlashWgSmem, a, n_items, yblocks);
   else launch_attention_kernel(flash_bf16_kernel, ready_bf16, kThreads, flash_smem<false>(), a, n_items, yblocks);
 }
 
