@@ -148,6 +148,40 @@ __device__ __forceinline__ void flash_out(const Args& a, const Item& it, const F
   }
 }
 
+// This lane's q values as bf16 A fragments: pairs gq and gq + 8 of the warp's m tile, dims 2tq,
+// 2tq + 1 (+8) of each k16 step; pairs past P and dims past head_dim (a multiple of 4 here) are 0.
+__device__ __forceinline__ void load_q16(const Args& a, const Item& it, int warp, int gq, int tq,
+                                         uint32_t (&qa)[kChunk / 16][4]) {
+  const int hd = a.head_dim;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = 16 * warp + gq + 8 * h;
+    const float* qr = a.q + static_cast<int64_t>(it.r0 + (p < it.P ? p / a.hpb : 0)) * a.ldq +
+                      static_cast<int64_t>(it.h0 + (p < it.P ? p % a.hpb : 0)) * hd;
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int d = 16 * k + 8 * u + 2 * tq;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (p < it.P && d < hd) x = *reinterpret_cast<const float2*>(qr + d);
+        qa[k][2 * u + h] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
+      }
+  }
+}
+
+// The split's weights (the scores' C fragments, rounded to bf16) as the V product's A fragments:
+// key step j takes key tiles 2j and 2j + 1 as they lie.
+__device__ __forceinline__ void pack_weights(const float (&sc)[8][4], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    pa[j][0] = pack_bf16(sc[2 * j][0], sc[2 * j][1]);
+    pa[j][1] = pack_bf16(sc[2 * j][2], sc[2 * j][3]);
+    pa[j][2] = pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]);
+    pa[j][3] = pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3]);
+  }
+}
+
 // f32 mode: K and V tiles of f32 stream through their own buffers, the next K tile loading while
 // this split's V products run; products in 3xTF32.
 __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
@@ -272,24 +306,8 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
   if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
   FlashPairs f = flash_pairs(a, it, warp, gq);
   const bool busy = 16 * warp < it.P;
-  // This lane's q values: pairs gq and gq + 8 of the warp's m tile, dims 2tq, 2tq + 1 (+8) of each
-  // k16 step; pairs past P and dims past head_dim (a multiple of 4 here) are 0.
   uint32_t qa[kChunk / 16][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int p = 16 * warp + gq + 8 * h;
-    const float* qr = a.q + static_cast<int64_t>(it.r0 + (p < it.P ? p / a.hpb : 0)) * a.ldq +
-                      static_cast<int64_t>(it.h0 + (p < it.P ? p % a.hpb : 0)) * hd;
-#pragma unroll
-    for (int k = 0; k < kChunk / 16; ++k)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int d = 16 * k + 8 * u + 2 * tq;
-        float2 x = make_float2(0.0f, 0.0f);
-        if (p < it.P && d < hd) x = *reinterpret_cast<const float2*>(qr + d);
-        qa[k][2 * u + h] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
-      }
-  }
+  load_q16(a, it, warp, gq, tq, qa);
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -324,13 +342,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
       }
       const SplitJoin jn = flash_softmax<false>(a, it, f, sc, warp, gq, tq, s, part);
       uint32_t pa[4][4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        pa[j][0] = pack_bf16(sc[2 * j][0], sc[2 * j][1]);
-        pa[j][1] = pack_bf16(sc[2 * j][2], sc[2 * j][3]);
-        pa[j][2] = pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]);
-        pa[j][3] = pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3]);
-      }
+      pack_weights(sc, pa);
       // Four dim tiles at a time; tiles t, t + 1 by one ldmatrix: matrices (keys 16j.., dims 8t..),
       // (16j + 8.., 8t..), (16j.., 8t + 8..), (16j + 8.., 8t + 8..).
 #pragma unroll
@@ -409,23 +421,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
   fill_slots<kThreads>(kslot, a, it, s0);
   if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
   FlashPairs f = flash_pairs(a, it, warp, gq);
-  // q's A fragments as flash_bf16_kernel loads them.
-  uint32_t qa[kWgDims / 16][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int p = 16 * warp + gq + 8 * h;
-    const float* qr = a.q + static_cast<int64_t>(it.r0 + (p < it.P ? p / a.hpb : 0)) * a.ldq +
-                      static_cast<int64_t>(it.h0 + (p < it.P ? p % a.hpb : 0)) * hd;
-#pragma unroll
-    for (int k = 0; k < kWgDims / 16; ++k)
-#pragma unroll
-      for (int v = 0; v < 2; ++v) {
-        const int d = 16 * k + 8 * v + 2 * tq;
-        float2 x = make_float2(0.0f, 0.0f);
-        if (p < it.P && d < hd) x = *reinterpret_cast<const float2*>(qr + d);
-        qa[k][2 * v + h] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
-      }
-  }
+  uint32_t qa[kChunk / 16][4];
+  load_q16(a, it, warp, gq, tq, qa);
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -455,13 +452,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     const SplitJoin jn = flash_softmax<false>(a, it, f, sc, warp, gq, tq, s, part);
     uint32_t pa[4][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      pa[j][0] = pack_bf16(sc[2 * j][0], sc[2 * j][1]);
-      pa[j][1] = pack_bf16(sc[2 * j][2], sc[2 * j][3]);
-      pa[j][2] = pack_bf16(sc[2 * j + 1][0], sc[2 * j + 1][1]);
-      pa[j][3] = pack_bf16(sc[2 * j + 1][2], sc[2 * j + 1][3]);
-    }
+    pack_weights(sc, pa);
     // 64 dims at a time: key step j of panel h starts 16 j rows into it.
 #pragma unroll
     for (int h = 0; h < kWgDims / 64; ++h) {
