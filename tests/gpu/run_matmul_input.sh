@@ -53,7 +53,10 @@ check)
   cat "$OUT"/form_a*.txt "$OUT"/form_m*.txt | tee "$OUT/contract_bf16_forms.log"
   rm -f "$OUT"/form_a*.txt "$OUT"/form_m*.txt
   grep -E "SUMMARY|FAIL|MISSED|ERROR" "$OUT"/contract_*.log | head -30
-  tail -4 "$OUT/tests_gpu.log"; tail -3 "$OUT/golden_bf16.log" ;;
+  grep -E "^\[  (FAILED|SKIPPED|PASSED) |tests from .* ran" "$OUT/tests_gpu.log" | head -20; tail -3 "$OUT/golden_bf16.log"
+  # The device tool brings back at most 8 files: the logs travel as one archive.
+  (cd "$OUT" && tar -cJf check_logs.tar.xz contract_*.log tests_gpu.log golden_bf16.log &&
+    rm -f contract_*.log tests_gpu.log golden_bf16.log) ;;
 bench)
   OUT=$OUT bash tests/gpu/run_ab.sh "${SHAPE:-llama3.1-8b}" \
     "${BENCHES:---pp 4096 --chunk 4096 --tg 2 --batch 1;--pp 512 --tg 64 --batch 1,8,64}" \
