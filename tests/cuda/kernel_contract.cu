@@ -336,6 +336,8 @@ std::vector<Case> kernels() {
   at("L=200 4/2 hd=16", 200, attn(4, 2, 16), 16, 101);
   at("L=300 4/2 hd=64", 300, attn(4, 2, 64), 16, 103);
   at("L=150 8/2 hd=32 page 5", 150, attn(8, 2, 32), 5, 102);
+  // One kv head for eight (a block of 8 rows x 8 heads), a window across split seams, 6 k16 steps.
+  at("L=333 8/1 hd=96 window=200", 333, attn(8, 1, 96, 200), 16, 104);
   auto multi = [&](const std::string& name, std::vector<int> lens, AttnParams p, int ps, uint32_t seed) {
     v.push_back({"attention " + name, [=](Backend& g, Backend& c) {
                    return attention_multi_gate(real_attention(), g, c, lens, p, ps, seed);
