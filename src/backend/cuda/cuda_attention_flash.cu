@@ -377,16 +377,15 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
 // folds, and the bits, are flash_bf16_kernel's. Two blocks an SM, so no register spills. Every
 // head dim stages 128 dims (zeros past head_dim): a 64-dim form failed the contract on blocks of
 // more than one split, so it is not built.
-constexpr int kWgDims = kChunk;
 constexpr size_t kFlashWgSmem =
-    4 * static_cast<size_t>(kWgDims) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024;
+    4 * static_cast<size_t>(kChunk) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024;
 
 __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
   using mm::kSwzRow;
-  constexpr int kTile = kWgDims * kSplit;  // elements of a K or V tile
+  constexpr int kTile = kChunk * kSplit;  // elements of a K or V tile
   constexpr int kPanel = kSplit * kSwzRow;  // elements of 64 of its dims
   extern __shared__ __align__(16) uint16_t smem_raw[];
   // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
@@ -402,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
   const auto* kpool = static_cast<const uint16_t*>(a.k);
   const auto* vpool = static_cast<const uint16_t*>(a.v);
   // A thread copies 16-byte unit u of every kstep-th key from key0 < kstep, of K and of V.
-  constexpr int units = kWgDims / 8, kstep = kThreads / units;
+  constexpr int units = kChunk / 8, kstep = kThreads / units;
   const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
   auto stage = [&](int b) {
     uint16_t* kt = tiles + 2 * b * kTile + u / 8 * kPanel;
@@ -435,36 +434,36 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
     const uint16_t* vt = kt + kTile;
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async data to wgmma
+    fence_proxy_async();  // cp.async data to wgmma
     __syncthreads();
     if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
     // Every warp takes part in the warpgroup's products; a warp past P holds only masked pairs.
     float sc[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kWgDims / 16; ++k) {
+    for (int k = 0; k < kChunk / 16; ++k) {
       if (k >= steps) break;
       wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma_commit();
+    wgmma_wait<0>();
     const SplitJoin jn = flash_softmax<false>(a, it, f, sc, warp, gq, tq, s, part);
     uint32_t pa[4][4];
     pack_weights(sc, pa);
     // 64 dims at a time: key step j of panel h starts 16 j rows into it.
 #pragma unroll
-    for (int h = 0; h < kWgDims / 64; ++h) {
+    for (int h = 0; h < kChunk / 64; ++h) {
       float os[8][4];
 #pragma unroll
       for (int t = 0; t < 8; ++t) os[t][0] = os[t][1] = os[t][2] = os[t][3] = 0.0f;
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma_fence();
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      wgmma_commit();
+      wgmma_wait<0>();
       flash_take<8>(a, it, jn, o, os, 8 * h, warp, gq, tq, s, part);
     }
     __syncthreads();

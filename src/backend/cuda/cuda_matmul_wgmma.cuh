@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
         if (tid == 0 && t + ST - 2 < tiles) issue(t + ST - 2);
       } else {
         cp_async_wait<ST - 3>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async data to wgmma
+        fence_proxy_async();  // cp.async data to wgmma
         // Stage t has landed, and every warpgroup has retired the mma of stage t - 2, which the
         // next copies refill.
         __syncthreads();
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       const uint16_t *ah = s + 64 * wg * kSwzRow, *al = ah + BM * BK;
       const uint16_t* bw = s + XP * BM * BK + NB * wn * kSwzRow;
       const int64_t k0 = kbeg + static_cast<int64_t>(t) * BK;
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma_fence();
       // Step j takes positions 16 j .. 16 j + 15 (of tile j / 4); a chunk starting past the slice is
       // not in the chain, so a stage issues the steps of its chunks that start inside it.
       auto steps = [&](auto n) {
@@ -229,10 +229,10 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       else if (NA == 1 || left <= 32) steps(std::integral_constant<int, 2>{});
       else if (left <= 64) steps(std::integral_constant<int, 4>{});
       else steps(std::integral_constant<int, 6>{});
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      wgmma_commit();
+      wgmma_wait<1>();
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma_wait<0>();
     if (kGrid) break;
     // The slice ended: its chain joins the running total in slice order.
     const bool last = t >= tiles;

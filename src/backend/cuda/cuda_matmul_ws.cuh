@@ -100,15 +100,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       mbar_wait(full0 + 8 * s, static_cast<unsigned>(t / kWsStages) & 1u);
       const uint16_t* st = smem + s * kStage;
       const uint16_t *a = st + 64 * wg * kSwzRow, *bw = st + kX;
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kSwzRow / 16; ++j) wgmma_bf16<kWsCols>(acc, swz_desc(a + 16 * j), swz_desc(bw + 16 * j));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      wgmma_commit();
       // The mma of stage t - 1 are done: hand it back.
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      wgmma_wait<1>();
       if (t > t0 && lane == 0) mbar_arrive(empty0 + 8 * ((t - 1) % kWsStages));
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma_wait<0>();
     if (lane == 0) mbar_arrive(empty0 + 8 * ((tend - 1) % kWsStages));
     // The slice ended: its chain joins the running total in y, in slice order, then the bias.
     const bool first = t0 == 0, last = tend == tiles;
