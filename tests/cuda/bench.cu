@@ -144,6 +144,15 @@ void run_bench_few(Backend& gpu) {
   run_bench_moe(gpu);
 }
 
+void run_bench_attention(Backend& gpu) {
+  // 32 heads over 8 kv heads of 128, KV in pages of 16: decode rows at the end of 4096 keys, and
+  // causal prefill of 512 and 4096 rows from position 0.
+  bench_attention(gpu, 1, 4096, true, 50);
+  bench_attention(gpu, 32, 4096, true, 20);
+  bench_attention(gpu, 512, 512, false, 20);
+  bench_attention(gpu, 4096, 4096, false, 5);
+}
+
 void run_bench(Backend& gpu) {
   {
     const size_t bytes = size_t{2} << 30;
@@ -166,12 +175,7 @@ void run_bench(Backend& gpu) {
       {DType::BF16, 64, 4096, 1024, 20}};
   for (const MatmulShape& s : kMany) bench_matmul(gpu, s.dt, s.M, s.K, s.N, s.iters);
   run_bench_few(gpu);
-  // Attention, 32 heads over 8 kv heads of 128, f32 KV in pages of 16: decode rows at the end of
-  // 4096 keys, and causal prefill of 512 and 4096 rows from position 0.
-  bench_attention(gpu, 1, 4096, true, 50);
-  bench_attention(gpu, 32, 4096, true, 20);
-  bench_attention(gpu, 512, 512, false, 20);
-  bench_attention(gpu, 4096, 4096, false, 5);
+  run_bench_attention(gpu);
   // Sampling 64 rows of Llama-3.1-8B's 128,256 logits: greedy, and temperature with top-p.
   {
     std::mt19937 rng(9);
