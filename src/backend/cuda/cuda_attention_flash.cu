@@ -57,8 +57,8 @@ struct SplitJoin {
 };
 
 // Split s's softmax of the warp's scores sc (8 key tiles' C fragments), in place: the weights,
-// and each pair's (max, sum) written as a partial (part) or folded into f.
-template <bool kLo>
+// and each pair's (max, sum) written as a partial (part) or folded into f; kSkip as split_softmax's.
+template <bool kLo, bool kSkip = false>
 __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it, FlashPairs& f, float (&sc)[8][4],
                                                    int warp, int gq, int tq, int s, bool part) {
   SplitJoin j;
@@ -70,7 +70,7 @@ __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it
 #pragma unroll
     for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
     float mx, lsum;
-    split_softmax<kLo>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+    split_softmax<kLo, kSkip>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
 #pragma unroll
     for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
     if (klo > khi) continue;
@@ -438,29 +438,28 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
     __syncthreads();
     if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
     // Every warp takes part in the warpgroup's products; a warp past P holds only masked pairs.
+    // The first step writes the scores, so no zeroed accumulator is set up.
     float sc[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
     wgmma_fence();
+    wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
 #pragma unroll
-    for (int k = 0; k < kChunk / 16; ++k) {
+    for (int k = 1; k < kChunk / 16; ++k) {
       if (k >= steps) break;
       wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
     }
     wgmma_commit();
     wgmma_wait<0>();
-    const SplitJoin jn = flash_softmax<false>(a, it, f, sc, warp, gq, tq, s, part);
+    const SplitJoin jn = flash_softmax<false, true>(a, it, f, sc, warp, gq, tq, s, part);
     uint32_t pa[4][4];
     pack_weights(sc, pa);
     // 64 dims at a time: key step j of panel h starts 16 j rows into it.
 #pragma unroll
     for (int h = 0; h < kChunk / 64; ++h) {
       float os[8][4];
-#pragma unroll
-      for (int t = 0; t < 8; ++t) os[t][0] = os[t][1] = os[t][2] = os[t][3] = 0.0f;
       wgmma_fence();
+      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 1; j < 4; ++j)
         wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
       wgmma_commit();
       wgmma_wait<0>();

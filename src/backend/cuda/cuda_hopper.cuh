@@ -148,21 +148,29 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // m64n64k16 with A from registers (each warp's 16 rows in mma.m16n8k16's A fragment order) and B
-// in shared memory: kTransB 0 is K-major B, 1 is N-major (rows of k holding n contiguous).
-template <int kTransB>
+// in shared memory: kTransB 0 is K-major B, 1 is N-major (rows of k holding n contiguous). kAcc
+// false: d = A B, with no zeroed accumulator to set up first.
+#define TF_WGMMA_D32(C)                                                          \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]),  \
+  C(d[8]), C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]),  \
+  C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]),  \
+  C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
+template <int kTransB, bool kAcc = true>
 __device__ __forceinline__ void wgmma_rs64(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,"
-      "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-      "{%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(kTransB), "r"(1));
+#define TF_WGMMA_RS64                                                                       \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"                                          \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10," \
+  "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "   \
+  "{%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
+  if constexpr (kAcc)
+    asm volatile(TF_WGMMA_RS64 : TF_WGMMA_D32("+f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db),
+                 "n"(kTransB), "r"(1));
+  else
+    asm volatile(TF_WGMMA_RS64 : TF_WGMMA_D32("=f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db),
+                 "n"(kTransB), "r"(0));
+#undef TF_WGMMA_RS64
 }
+#undef TF_WGMMA_D32
 #endif
 
 }  // namespace tf::cuda
