@@ -231,9 +231,12 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const i
 // kLo false: each weight is rounded to bf16 as the PV product takes it, and the sum adds those.
 // kSkip: a split with every key in range skips the mask, for the same bits (the wgmma flash
 // kernel's choice; the other kernels were not timed with it).
-template <bool kLo, bool kSkip = false>
+// kPack (bf16 mode): pw[n] also gets x[n][0], x[n][1] as one bf16 pair word (low half first), and a
+// whole split whose max is finite rounds and packs each pair in one conversion, with no -inf test:
+// there exp(-inf - mx) is the 0 the test would give.
+template <bool kLo, bool kSkip = false, bool kPack = false>
 __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
-                                              float softcap, float& mx, float& lsum) {
+                                              float softcap, float& mx, float& lsum, uint32_t* pw = nullptr) {
   // Every key takes the same operations and the mask picks after, so no key's path branches.
   if (softcap > 0.0f) {
 #pragma unroll
@@ -248,7 +251,8 @@ __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, 
   }
   mx = -INFINITY;
   // Every split but a row's first and last: max is exact, so its order does not change the bits.
-  if (kSkip && klo <= 0 && khi >= kSplit - 1) {
+  const bool whole = kSkip && klo <= 0 && khi >= kSplit - 1;
+  if (whole) {
 #pragma unroll
     for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(x[n][0], x[n][1]));
   } else {
@@ -264,15 +268,28 @@ __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, 
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   float sum = 0.0f;
+  if (kPack && !kLo && whole && mx != -INFINITY) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const float p = product_input<kLo>(expf(__fsub_rn(x[n][e], mx)));
-      x[n][e] = x[n][e] == -INFINITY ? 0.0f : p;
+    for (int n = 0; n < 8; ++n) {
+      const __nv_bfloat162 w2 = __floats2bfloat162_rn(expf(__fsub_rn(x[n][0], mx)), expf(__fsub_rn(x[n][1], mx)));
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(&w2);
+      pw[n] = w;
+      x[n][0] = __uint_as_float(w << 16), x[n][1] = __uint_as_float(w & 0xffff0000u);
+      const float pair = __fadd_rn(x[n][0], x[n][1]);
+      sum = n == 0 ? pair : __fadd_rn(sum, pair);
     }
-    const float pair = __fadd_rn(x[n][0], x[n][1]);
-    sum = n == 0 ? pair : __fadd_rn(sum, pair);
+  } else {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = product_input<kLo>(expf(__fsub_rn(x[n][e], mx)));
+        x[n][e] = x[n][e] == -INFINITY ? 0.0f : p;
+      }
+      if (kPack) pw[n] = pack_bf16(x[n][0], x[n][1]);
+      const float pair = __fadd_rn(x[n][0], x[n][1]);
+      sum = n == 0 ? pair : __fadd_rn(sum, pair);
+    }
   }
   sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
   lsum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_attention_stage.cuh"
 #include "backend/cuda/cuda_backend.h"
@@ -57,10 +58,12 @@ struct SplitJoin {
 };
 
 // Split s's softmax of the warp's scores sc (8 key tiles' C fragments), in place: the weights,
-// and each pair's (max, sum) written as a partial (part) or folded into f; kSkip as split_softmax's.
-template <bool kLo, bool kSkip = false>
+// and each pair's (max, sum) written as a partial (part) or folded into f; kSkip as split_softmax's;
+// kPack: pa also gets the weights as the V products' A fragments, as pack_weights lays them out.
+template <bool kLo, bool kSkip = false, bool kPack = false>
 __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it, FlashPairs& f, float (&sc)[8][4],
-                                                   int warp, int gq, int tq, int s, bool part) {
+                                                   int warp, int gq, int tq, int s, bool part,
+                                                   uint32_t (*pa)[4] = nullptr) {
   SplitJoin j;
   const int base = s * kSplit;
 #pragma unroll
@@ -70,9 +73,14 @@ __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it
 #pragma unroll
     for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
     float mx, lsum;
-    split_softmax<kLo, kSkip>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum);
+    uint32_t pw[8];
+    split_softmax<kLo, kSkip, kPack>(x, tq, klo, khi, a.scale, a.softcap, mx, lsum, pw);
 #pragma unroll
     for (int n = 0; n < 8; ++n) sc[n][2 * h] = x[n][0], sc[n][2 * h + 1] = x[n][1];
+    if (kPack) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) pa[n / 2][2 * (n % 2) + h] = pw[n];
+    }
     if (klo > khi) continue;
     if (part) {
       const int p = 16 * warp + gq + 8 * h;
@@ -438,20 +446,24 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
     __syncthreads();
     if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
     // Every warp takes part in the warpgroup's products; a warp past P holds only masked pairs.
-    // The first step writes the scores, so no zeroed accumulator is set up.
+    // The first step writes the scores, so no zeroed accumulator is set up; a full head dim runs
+    // its steps with no test between the products.
     float sc[8][4];
-    wgmma_fence();
-    wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
+    auto scores = [&](auto full) {
+      wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
 #pragma unroll
-    for (int k = 1; k < kChunk / 16; ++k) {
-      if (k >= steps) break;
-      wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
-    }
+      for (int k = 1; k < kChunk / 16; ++k) {
+        if (!decltype(full)::value && k >= steps) break;
+        wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
+      }
+    };
+    wgmma_fence();
+    if (steps == kChunk / 16) scores(std::true_type{});
+    else scores(std::false_type{});
     wgmma_commit();
     wgmma_wait<0>();
-    const SplitJoin jn = flash_softmax<false, true>(a, it, f, sc, warp, gq, tq, s, part);
     uint32_t pa[4][4];
-    pack_weights(sc, pa);
+    const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, part, pa);
     // 64 dims at a time: key step j of panel h starts 16 j rows into it.
 #pragma unroll
     for (int h = 0; h < kChunk / 64; ++h) {
