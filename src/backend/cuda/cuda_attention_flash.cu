@@ -178,6 +178,18 @@ __device__ __forceinline__ void load_q16(const Args& a, const Item& it, int warp
   }
 }
 
+// What both bf16 flash kernels do before their first stages: the first two splits' slots, the
+// warp's pairs, q's A fragments and zeroed running sums.
+__device__ __forceinline__ void start_bf16(const Args& a, const Item& it, int64_t* kslot, int warp, int gq, int tq,
+                                           FlashPairs& f, uint32_t (&qa)[kChunk / 16][4], float (&o)[16][4]) {
+  fill_slots<kThreads>(kslot, a, it, it.s0);
+  if (it.s0 < it.s1) fill_slots<kThreads>(kslot + kSplit, a, it, it.s0 + 1);
+  f = flash_pairs(a, it, warp, gq);
+  load_q16(a, it, warp, gq, tq, qa);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+}
+
 // The split's weights (the scores' C fragments, rounded to bf16) as the V product's A fragments:
 // key step j takes key tiles 2j and 2j + 1 as they lie.
 __device__ __forceinline__ void pack_weights(const float (&sc)[8][4], uint32_t (&pa)[4][4]) {
@@ -310,15 +322,11 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
     stage_tile<kThreads>(kb + b * kSplit * ld, ld, kpool, kslot + b * kSplit, hd, hdp);
     stage_tile<kThreads>(vb + b * kSplit * ld, ld, vpool, kslot + b * kSplit, hd, hdp);
   };
-  fill_slots<kThreads>(kslot, a, it, s0);
-  if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
-  FlashPairs f = flash_pairs(a, it, warp, gq);
-  const bool busy = 16 * warp < it.P;
+  FlashPairs f;
   uint32_t qa[kChunk / 16][4];
-  load_q16(a, it, warp, gq, tq, qa);
   float o[16][4];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  start_bf16(a, it, kslot, warp, gq, tq, f, qa, o);
+  const bool busy = 16 * warp < it.P;
   __syncthreads();
   stage(0);
   if (s0 < s1) stage(1);
@@ -425,14 +433,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
     }
     cp_async_commit();
   };
-  fill_slots<kThreads>(kslot, a, it, s0);
-  if (s0 < s1) fill_slots<kThreads>(kslot + kSplit, a, it, s0 + 1);
-  FlashPairs f = flash_pairs(a, it, warp, gq);
+  FlashPairs f;
   uint32_t qa[kChunk / 16][4];
-  load_q16(a, it, warp, gq, tq, qa);
   float o[16][4];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  start_bf16(a, it, kslot, warp, gq, tq, f, qa, o);
   __syncthreads();
   stage(0);
   if (s0 < s1) stage(1);
