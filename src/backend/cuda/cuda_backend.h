@@ -75,6 +75,9 @@ struct GroupedRows {
   // act >= 0: x is act(x) * x2 (x2 set) or act(x), as act_mul / activate compute it.
   int act = -1;
   const float* x2 = nullptr;
+  // The items were written before the kernel this launch waits on, so a block's first weight
+  // loads go out before that wait.
+  bool items_early = false;
 };
 
 // act_value's code of an activation (cuda_util.cuh): 0 SiLU, 1 GELU (tanh), 2 squared ReLU.

@@ -93,7 +93,8 @@ constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for
 // kXLo: x enters BF16/F16 weights as hi + lo (--matmul-input f32), else as hi alone.
 // kWhole (up to 8 rows an MoE item): the block splits x over its whole k range into dynamic
 // shared memory once (whole_x_bytes), so the k loop has no barrier and no x load; the same
-// operand words.
+// operand words. With gr.items_early a grouped block reads its item and issues its first weight
+// loads before the wait.
 // Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
 // would spill at that cap.
 template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false,
@@ -112,8 +113,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
   // kWhole: operand words of the block's k range, uint4s [row][group]: the hi plane, then lo.
   extern __shared__ uint4 xw[];
   // An MoE item's rows come from the routing kernel; a plain matmul's weights are ready, so its
-  // first weight loads go out before the wait on the kernel before it.
-  if (kGroup) grid_wait();
+  // first weight loads go out before the wait on the kernel before it, as an MoE launch's do when
+  // its items were ready before that kernel (read from L2, past any stale L1 line).
+  const bool early = kGroup && gr.items_early;
+  if (kGroup && !early) grid_wait();
   grid_launch_next();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int32_t* rowmap = nullptr;
@@ -131,10 +134,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     int item = static_cast<int>(blockIdx.z);
     const bool second = gr.w2 && item >= gr.max_items;
     if (second) item -= gr.max_items;
-    if (item >= *gr.n_items) return;
-    const int32_t e = gr.items[3 * item];
-    rowmap = gr.order + gr.items[3 * item + 1];
-    M = gr.items[3 * item + 2];
+    if (item >= (early ? __ldcg(gr.n_items) : *gr.n_items)) return;
+    const int32_t e = early ? __ldcg(gr.items + 3 * item) : gr.items[3 * item];
+    rowmap = gr.order + (early ? __ldcg(gr.items + 3 * item + 1) : gr.items[3 * item + 1]);
+    M = early ? __ldcg(gr.items + 3 * item + 2) : gr.items[3 * item + 2];
     P = gr.pairs;
     const ExpertPtr* table = second ? gr.w2 : gr.w;
     w = table[e].data;
@@ -193,6 +196,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     }
   };
   if (kbeg < kend) load_w(kbeg);
+  if (early) grid_wait();
   const int wq = kWhole ? whole_x_stride(kend - kbeg) : 0, lo_plane = static_cast<int>(M) * wq;
   if constexpr (kWhole) {
     const int nq = whole_x_groups(kend - kbeg);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -370,6 +371,16 @@ __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const flo
   }
 }
 
+// Whether the down matmul's first weight loads go out before its wait (TF_CUDA_MOE_EARLY=0:
+// never, for side-by-side timing; the same loads and products, so the same bits).
+bool moe_early() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_MOE_EARLY");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
 }  // namespace
 
 void* CudaBackend::buffer(int slot, uint64_t n) {
@@ -518,6 +529,8 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   gd.w = ptrs + 2 * E, gd.w2 = nullptr, gd.y2 = nullptr, gd.x_div = 1;
   gd.act = act_code(ex.act);
   gd.x2 = gated ? ubuf : nullptr;
+  // Routing wrote the items before gate + up ran, so down's first weight loads need not wait.
+  gd.items_early = moe_early();
   {
     const ProfScope ps(*this, "moe down", nullptr, m);
     matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
