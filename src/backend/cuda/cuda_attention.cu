@@ -362,10 +362,7 @@ size_t attention_smem(int mt, int hd_pad) {
 // split-mode ones, for timing; TF_CUDA_FLASH_SPLIT=n sends split-mode groups to the flash kernel
 // always, n splits a block, for the contract.
 bool flash_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_FLASH");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !env_zero("TF_CUDA_FLASH");
   return on;
 }
 int flash_split_mode() {
@@ -380,10 +377,7 @@ int flash_split_mode() {
 // TF_CUDA_FLASH_DECODE=0 keeps split-mode blocks of few pairs on the one-warp flash kernel, and
 // its threshold, for timing.
 bool flash_decode_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_FLASH_DECODE");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !env_zero("TF_CUDA_FLASH_DECODE");
   return on;
 }
 

@@ -492,10 +492,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
 
 // TF_CUDA_FLASH_WG=0 keeps bf16 mode on flash_bf16_kernel, for timing and the contract's forms.
 bool flash_wg_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_FLASH_WG");
-    return !(e && std::string(e) == "0") && wgmma_ready();
-  }();
+  static const bool on = !env_zero("TF_CUDA_FLASH_WG") && wgmma_ready();
   return on;
 }
 

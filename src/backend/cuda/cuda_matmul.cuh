@@ -356,10 +356,7 @@ void carve_partials(CudaBackend& be, int64_t M, int n, F f) {
 
 // TF_CUDA_FOLD=0: slices never fold (below 64 MiB of partials), for side-by-side timing.
 inline bool fold_off() {
-  static const bool off = [] {
-    const char* e = std::getenv("TF_CUDA_FOLD");
-    return e && e[0] == '0' && e[1] == 0;
-  }();
+  static const bool off = env_zero("TF_CUDA_FOLD");
   return off;
 }
 

@@ -18,10 +18,7 @@ namespace {
 // Whether launches of up to 8 rows preload each next step's x (TF_CUDA_SKINNY_PREX=0: never, for
 // side-by-side timing; same arithmetic and order, so the same bits).
 bool skinny_prex() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_SKINNY_PREX");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
+  static const bool on = !env_zero("TF_CUDA_SKINNY_PREX");
   return on;
 }
 
@@ -30,10 +27,7 @@ bool skinny_prex() {
 // same operand words, so the same bits). Plain few-row launches keep the per-step split, which
 // timed faster at long k.
 bool skinny_whole() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_SKINNY_WHOLE");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
+  static const bool on = !env_zero("TF_CUDA_SKINNY_WHOLE");
   return on;
 }
 

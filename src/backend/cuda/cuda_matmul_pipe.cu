@@ -158,10 +158,7 @@ void launch(CudaBackend& be, const uint16_t* xh, const uint16_t* xl, int64_t Kp,
 bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                       Tensor y, const SplitArgs& sp) {
   // TF_CUDA_PIPE=0 leaves these shapes to the single-stage tiles, for side-by-side timing.
-  static const bool off = [] {
-    const char* e = std::getenv("TF_CUDA_PIPE");
-    return e && std::string(e) == "0";
-  }();
+  static const bool off = env_zero("TF_CUDA_PIPE");
   if (off || w.dtype != DType::BF16 || x.cols % 8 != 0 || x.rows <= 16) return false;
   const int64_t M = x.rows, Kp = (x.cols + 31) / 32 * 32;
   const uint16_t* hi = split_x(be, x, Kp);
@@ -170,10 +167,7 @@ bool launch_bf16_pipe(CudaBackend& be, const Tensor& x, const CudaWeight& w, con
   const bool fold = fold_slices(tiles, sp, M, y.cols);
   // Tiles 64 columns wide where 128-column tiles and their slices (more than one) leave SMs idle
   // (TF_CUDA_PIPE64=0 keeps 128); the chains are the same.
-  static const bool narrow_off = [] {
-    const char* e = std::getenv("TF_CUDA_PIPE64");
-    return e && std::string(e) == "0";
-  }();
+  static const bool narrow_off = env_zero("TF_CUDA_PIPE64");
   const bool narrow = !narrow_off && !fold && sp.s > 1 && tiles * sp.s < kTargetBlocks / 4;
   with_xlo(be, [&](auto xlo) {
     constexpr bool L = decltype(xlo)::value;

@@ -56,10 +56,7 @@ void with_flag(bool on, F f) {
 // never, for side-by-side timing).
 template <int NA, class F>
 void with_full(int64_t K, F f) {
-  static const bool off = [] {
-    const char* e = std::getenv("TF_CUDA_WG_FULL");
-    return e && std::string(e) == "0";
-  }();
+  static const bool off = env_zero("TF_CUDA_WG_FULL");
   with_flag<true>(!off && K % (NA * kSwzRow) == 0, f);
 }
 

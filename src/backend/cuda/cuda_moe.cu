@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -374,10 +373,7 @@ __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const flo
 // Whether the down matmul's first weight loads go out before its wait (TF_CUDA_MOE_EARLY=0:
 // never, for side-by-side timing; the same loads and products, so the same bits).
 bool moe_early() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_MOE_EARLY");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
+  static const bool on = !env_zero("TF_CUDA_MOE_EARLY");
   return on;
 }
 

@@ -124,10 +124,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
 
 // TF_CUDA_FUSE_PREP=0 runs rmsnorm, rope and kv_store one by one, for timing.
 bool fuse_prep() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_FUSE_PREP");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !env_zero("TF_CUDA_FUSE_PREP");
   return on;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -21,6 +22,12 @@
   } while (0)
 
 namespace tf::cuda {
+
+// Whether the environment variable reads exactly "0": how a timing switch turns a form off.
+inline bool env_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return e && e[0] == '0' && e[1] == 0;
+}
 
 // The stream every kernel and async copy of the backend goes on, made on first use: one in-order
 // stream, but not the legacy default one, so that a round can be captured as a graph. It blocks
