@@ -7,8 +7,6 @@
 // kernel, so the bits are the same. Split-mode blocks of at most 16 pairs (decode rows) run the
 // decode kernels of cuda_attention_decode.cu.
 #include <atomic>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_attention_stage.cuh"

@@ -5,8 +5,6 @@
 // slots and the chains are the order rule's (cuda_matmul.cuh), so the bits are matmul's.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_matmul.cuh"
 

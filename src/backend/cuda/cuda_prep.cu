@@ -2,8 +2,6 @@
 // one kernel, with the arithmetic of rmsnorm_kernel, rope_kernel and kv_store (cuda_ops.cu,
 // cuda_attention.cu).
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_norm.cuh"
