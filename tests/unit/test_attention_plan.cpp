@@ -78,8 +78,17 @@ void check_plan(const PlanArgs& a, const Plan& pl) {
           ASSERT_TRUE(splits[g].insert(k).second) << "split " << k << " of group " << g << " twice";
         continue;
       }
-      ASSERT_GT((pl.grp[g + 1] - pl.grp[g]) * a.hpb, 16) << "a small group went to the flash kernel";
+      if ((pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16) {
+        // Only the decode form takes a small group whole, and only one of few splits.
+        ASSERT_TRUE(a.decode) << "a small group went whole to the flash kernel";
+        ASSERT_LT(a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit, a.whole_decode)
+            << "a small group of too many splits went whole to the decode form";
+      }
     }
+    // A small group of few splits always goes whole to the decode form.
+    if (a.flash && a.decode && (pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16 &&
+        a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit < a.whole_decode)
+      ASSERT_TRUE(flash_item && s < 0) << "group " << g << " missed the decode form's whole mode";
     if (s < 0) {
       ASSERT_TRUE(whole.insert(g).second) << "group " << g << " twice";
     } else {
@@ -285,13 +294,74 @@ TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {
   unsigned expect = 0;
   for (unsigned i = 0; i < pl.n_flash; ++i) {
     const int32_t g = pl.items[2 * i], c = pl.items[2 * i + 1];
-    const bool small = c >= 0 && (pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16;
+    const bool small = (pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16;
     EXPECT_EQ(small, i < n_dec) << "item " << i;
+    if (small) EXPECT_GE(c, 0) << "item " << i << ": a whole small group with the decode form's whole mode off";
     expect += small;
   }
   EXPECT_EQ(n_dec, expect);
   EXPECT_GT(n_dec, 0u);
   EXPECT_LT(n_dec, pl.n_flash);
+}
+
+TEST(AttentionPlan, SmallGroupsOfFewSplitsGoWholeToTheDecodeForm) {
+  // One decode row at 70 (splits 0 and 1): whole on the decode form, no partials, no merge.
+  Rows one;
+  one.add(0, 70, 1);
+  PlanArgs a = llama(one);
+  a.whole_decode = 4;
+  Plan pl = checked(a);
+  EXPECT_EQ(pl.items, (std::vector<int32_t>{0, -1}));
+  EXPECT_EQ(pl.n_flash, 1u);
+  EXPECT_EQ(pl.slots, 0);
+  EXPECT_TRUE(pl.brows.empty());
+  EXPECT_EQ(decode_first(pl, a.hpb), 1u);
+  // Off (f32 mode, or TF_CUDA_ATTN_WHOLE=0): split mode on the tile kernel, as before.
+  a.whole_decode = 0;
+  const Plan off = checked(a);
+  EXPECT_EQ(off.n_flash, 0u);
+  EXPECT_EQ(off.brows.size(), 1u);
+  // The limit counts splits: 255 is four (0..3), 256 five.
+  Rows at255, at256;
+  at255.add(0, 255, 1);
+  at256.add(0, 256, 1);
+  PlanArgs b = llama(at255);
+  b.whole_decode = 4;
+  EXPECT_EQ(checked(b).n_flash, 1u);
+  PlanArgs c = llama(at256);
+  c.whole_decode = 4;
+  EXPECT_EQ(checked(c).n_flash, 0u);
+  // A sliding window counts the splits it sees: keys 257..320 are two.
+  Rows win;
+  win.add(0, 320, 1, 64);
+  PlanArgs w = llama(win);
+  w.whole_decode = 2;
+  EXPECT_EQ(checked(w).n_flash, 1u);
+  // Without the decode form the group stays with the tile kernel.
+  a.whole_decode = 4;
+  a.decode = false;
+  EXPECT_EQ(checked(a).n_flash, 0u);
+  // Four rows of one sequence are 16 pairs: whole; five are a group of 20: not the decode form.
+  Rows four, five;
+  four.add(0, 60, 4);
+  five.add(0, 60, 5);
+  PlanArgs f4 = llama(four), f5 = llama(five);
+  f4.whole_decode = f5.whole_decode = 4;
+  Plan p4 = checked(f4), p5 = checked(f5);
+  EXPECT_EQ(p4.items, (std::vector<int32_t>{0, -1}));
+  EXPECT_EQ(decode_first(p4, f4.hpb), 1u);
+  EXPECT_EQ(decode_first(p5, f5.hpb), 0u);
+  // A mixed round: the decode rows go whole and first, the prefill chunk whole to the flash kernel.
+  Rows mixed;
+  mixed.add(0, 0, 200);
+  for (int s = 1; s <= 6; ++s) mixed.add(s, 10 + 40 * s, 1);
+  PlanArgs m = llama(mixed);
+  m.whole_decode = 4;
+  Plan pm = checked(m);
+  const unsigned n_dec = decode_first(pm, m.hpb);
+  check_plan(m, pm);
+  EXPECT_EQ(n_dec, 6u);
+  for (unsigned i = 0; i < n_dec; ++i) EXPECT_EQ(pm.items[2 * i + 1], -1);
 }
 
 }  // namespace tf::cuda::attn

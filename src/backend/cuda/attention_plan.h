@@ -33,6 +33,9 @@ struct PlanArgs {
   // When every split group fits one chunk of 16 and a block each fills the device twice over,
   // a block takes a whole group (bf16 mode's decode form streams its splits two ahead).
   bool whole_groups = false;
+  // Groups of at most 16 pairs over at most this many splits go whole to the decode form, which
+  // folds them with no partials or merge (bf16 mode's decode kernel); 0: never.
+  int whole_decode = 0;
 };
 
 struct Plan {
@@ -52,7 +55,8 @@ struct Plan {
 // Groups: runs of consecutive positions of one sequence, up to rmax rows. Split mode (a block per
 // split, then a merge) for groups of few rows, or when tile-kernel blocks would not fill the
 // device, while the partials fit; groups of more than 16 pairs go whole to the flash kernel when
-// it applies; the rest go whole to the tile kernel.
+// it applies; groups of few pairs and splits go whole to the decode form (whole_decode); the rest
+// go whole to the tile kernel.
 inline Plan plan_attention(const PlanArgs& a) {
   Plan pl;
   const auto at = [](int r) { return static_cast<size_t>(r); };
@@ -94,6 +98,10 @@ inline Plan plan_attention(const PlanArgs& a) {
     const int s_lo = a.first[at(r0)] / kSplit, s_hi = a.pos[at(r1 - 1)] / kSplit;
     int64_t need = 0;
     for (int r = r0; r < r1; ++r) need += row_splits(a.pos[at(r)], a.first[at(r)]);
+    if (a.flash && a.decode && (r1 - r0) * a.hpb <= 16 && s_hi - s_lo < a.whole_decode) {
+      pl.items.insert(pl.items.end(), {g, -1});
+      continue;
+    }
     const bool to_flash = a.flash && (r1 - r0) * a.hpb > 16;
     const bool split_mode = s_hi > s_lo && ((few && !to_flash) || (r1 - r0) * 4 <= a.rmax) &&
                             static_cast<uint64_t>(pl.slots + need) * a.slot_bytes <= a.max_partial_bytes;
@@ -123,13 +131,14 @@ inline Plan plan_attention(const PlanArgs& a) {
   return pl;
 }
 
-// Moves the flash items that are splits of groups of at most 16 pairs (decode rows) to the front
-// of the flash items, for the kernel that spreads one m tile over eight warps; returns how many.
+// Moves the flash items of groups of at most 16 pairs (decode rows: their splits, or the whole
+// group) to the front of the flash items, for the kernel that spreads one m tile over eight
+// warps; returns how many.
 inline unsigned decode_first(Plan& pl, int hpb) {
   std::vector<int32_t> dec, rest;
   for (unsigned i = 0; i < pl.n_flash; ++i) {
     const int32_t g = pl.items[2 * i], c = pl.items[2 * i + 1];
-    const bool small = c >= 0 && (pl.grp[static_cast<size_t>(g) + 1] - pl.grp[static_cast<size_t>(g)]) * hpb <= 16;
+    const bool small = (pl.grp[static_cast<size_t>(g) + 1] - pl.grp[static_cast<size_t>(g)]) * hpb <= 16;
     std::vector<int32_t>& to = small ? dec : rest;
     to.insert(to.end(), {g, c});
   }

@@ -381,6 +381,22 @@ bool flash_decode_on() {
   return on;
 }
 
+// Splits a decode-form group may walk whole in bf16 mode; TF_CUDA_ATTN_WHOLE=n sets it (0: never),
+// for timing.
+int attn_whole_splits() {
+  static const int n = [] {
+    const char* e = std::getenv("TF_CUDA_ATTN_WHOLE");
+    return e ? std::max(0, std::atoi(e)) : 4;
+  }();
+  return n;
+}
+
+// TF_CUDA_ATTN_EARLY=0 starts the decode form only once the KV store before it has ended, for timing.
+bool attn_early_on() {
+  static const bool on = !env_zero("TF_CUDA_ATTN_EARLY");
+  return on;
+}
+
 // TF_CUDA_ATTN_HPB=n holds a block to at most n heads of a kv group (more blocks, fewer pairs
 // each), for timing; the bits never depend on it.
 int attn_hpb_cap() {
@@ -457,6 +473,7 @@ void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Ten
     launch_kernel(kv_store_kernel<float>, grid_for(total, 256), 256, 0, static_cast<float*>(kv.k_layer(layer)),
                   static_cast<float*>(kv.v_layer(layer)), k.data, v.data, d_dst, width, total);
   check_launch("kv_store");
+  kv_written_at_ = launch_count();
 }
 
 
@@ -500,8 +517,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     if (group % d == 0) hpb = d;
   const int rmax = pairs / hpb;
   // Rows per sequence: pos, first, page-list offset; the page lists of used sequences.
-  std::vector<int32_t> pos(static_cast<size_t>(m)), first(pos.size()), pgoff(pos.size());
-  std::vector<int32_t> seq_off(rows.seq_pages.size(), -1), pages;
+  std::vector<int32_t> pos(static_cast<size_t>(m)), first(pos.size()), pgoff(pos.size()), fresh(pos.size());
+  std::vector<int32_t> seq_off(rows.seq_pages.size(), -1), seq_fresh(rows.seq_pages.size(), INT32_MAX), pages;
   for (int r = 0; r < m; ++r) {
     const size_t i = static_cast<size_t>(r);
     pos[i] = rows.pos[i];
@@ -513,7 +530,10 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
       pages.insert(pages.end(), rows.seq_pages[s].begin(), rows.seq_pages[s].end());
     }
     pgoff[i] = seq_off[s];
+    seq_fresh[s] = std::min(seq_fresh[s], pos[i]);
   }
+  for (int r = 0; r < m; ++r)
+    fresh[static_cast<size_t>(r)] = seq_fresh[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])];
   int sms = 0;
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
                 "attention: multiprocessor count");
@@ -521,16 +541,18 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
   Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks, sms,
                             flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
-                            kMaxPartialBytes, flash_decode_on(), matmul_input() == MatmulInput::BF16});
+                            kMaxPartialBytes, flash_decode_on(), matmul_input() == MatmulInput::BF16,
+                            matmul_input() == MatmulInput::BF16 ? attn_whole_splits() : 0});
   const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
-  // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows, pages.
+  // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows,
+  // pages, fresh positions.
   std::vector<int32_t> meta;
-  meta.reserve(4 * pos.size() + grp.size() + items.size() + brows.size() + pages.size());
-  size_t at[8];
+  meta.reserve(5 * pos.size() + grp.size() + items.size() + brows.size() + pages.size());
+  size_t at[9];
   int part = 0;
-  const std::vector<int32_t>* parts[] = {&pos, &first, &pgoff, &part_off, &grp, &items, &brows, &pages};
+  const std::vector<int32_t>* parts[] = {&pos, &first, &pgoff, &part_off, &grp, &items, &brows, &pages, &fresh};
   for (const std::vector<int32_t>* v : parts) {
     at[part++] = meta.size();
     meta.insert(meta.end(), v->begin(), v->end());
@@ -546,7 +568,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   }
   AttnArgs a{q.data, out.data, kv.k_layer(layer), kv.v_layer(layer), d_meta + at[0],
              d_meta + at[1], d_meta + at[2], d_meta + at[3], d_meta + at[4], d_meta + at[5],
-             d_meta + at[7], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
+             d_meta + at[7], d_meta + at[8], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
              p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap,
              pl.chunk, matmul_input() == MatmulInput::F32};
   // The flash kernel's groups come first in items, then the tile kernel's.
@@ -554,7 +576,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const auto yb = static_cast<unsigned>(yblocks);
   const int mt = pl.most_rows * hpb <= 16 ? 1 : pl.most_rows * hpb <= 32 ? 2 : 4;
   if (n_dec > 0) {
-    launch_flash_decode(a, n_dec, yb);
+    // The decode form's first loads may go out while the KV store before it runs (its keys after).
+    launch_flash_decode(a, n_dec, yb, attn_early_on() && launch_count() == kv_written_at_);
     check_launch("attention");
     a.items += 2 * n_dec;
   }

@@ -30,6 +30,7 @@ struct Args {
   const int32_t* grp;        // [groups + 1] first row of each group
   const int32_t* items;      // per block x: group, split (-1: every split, whole mode)
   const int32_t* pages;
+  const int32_t* row_fresh;  // per row: the first position this call's rows of its sequence write
   float* part_ml;   // [slot][head] (m, l)
   float* part_acc;  // [slot][head][head_dim]
   int page_size, kv_width, n_heads, group, head_dim;
@@ -304,7 +305,8 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 // keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
-// Split-mode items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu).
-void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks);
+// Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode
+// ones, and in bf16 mode whole groups too. overlap: the kernel before wrote only this call's keys.
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap);
 
 }  // namespace tf::cuda::attn

@@ -16,7 +16,9 @@ namespace {
 // K and V element is read by one warp; bf16 mode's tiles stay bf16 and feed k16 products (K as
 // words, V by ldmatrix).
 // f32 mode: the next split's K loads while this split's V does (two f32 tiles in flight). bf16
-// mode (tiles of half the bytes): K and V of the next two splits load while this one computes.
+// mode (tiles of half the bytes): K and V of the next two splits load while this one computes, and
+// a block may also take a whole group (item split -1): it folds its splits in order as the tile
+// kernel's whole mode does and writes the output, with no partials and no merge.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
 
 // f32 mode: q, two K tiles and a V tile, the scores in the K tile's rows, the slots. bf16 mode:
@@ -25,9 +27,16 @@ template <bool kLo>
 constexpr size_t dec_smem() {
   return static_cast<size_t>(kDecPairs) * kKs * sizeof(float) +
          (kLo ? 3 * static_cast<size_t>(kSplit) * kKs * sizeof(float)
-              : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t) + 8 * static_cast<size_t>(kKs) * sizeof(float)) +
+              : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t) + 8 * static_cast<size_t>(kKs) * sizeof(float) +
+                    4 * static_cast<size_t>(kDecPairs) * sizeof(float)) +
          2 * kSplit * sizeof(int64_t);
 }
+
+// Whole mode: a pair's running max and sum, held by the quad of warp h that owns pair gq + 8h.
+struct Run {
+  float m = -INFINITY, l = 0.0f;
+  bool started = false;
+};
 
 // What a decode block's threads know: its item, their lane, their two pairs' key ranges.
 struct Dec {
@@ -90,9 +99,12 @@ __device__ __forceinline__ void dec_scores16(const Dec& d, const uint32_t (&qa)[
 }
 
 // Split s's softmax: warp h turns pairs gq + 8h's scores in xs into weights in place, once for
-// the block, and writes their (max, sum); on[h]: whether pair gq + 8h has keys in the split.
+// the block, and writes their (max, sum); on[h]: whether pair gq + 8h has keys in the split. In
+// whole mode (st set) it folds them into run instead and leaves in st[4p..] how pair p's products
+// fold: mode (0: no keys, 1: the first split, 2: fold), then the factors a and b.
 template <bool kLo>
-__device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* xs, int xld, int s, bool (&on)[2]) {
+__device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* xs, int xld, int s, bool (&on)[2],
+                                            float* st = nullptr, Run* run = nullptr) {
   const int base = s * kSplit;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -110,7 +122,17 @@ __device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* 
 #pragma unroll
     for (int n = 0; n < 8; ++n)
       *reinterpret_cast<float2*>(xs + n * xld + 8 * (d.gq + 8 * h) + 2 * d.tq) = make_float2(x[n][0], x[n][1]);
-    if (on[h] && d.tq == 0) {
+    if (st != nullptr) {
+      float mode = 0.0f, fa = 0.0f, fb = 0.0f;
+      if (on[h] && !run->started) {
+        run->m = mx, run->l = lsum, run->started = true, mode = 1.0f;
+      } else if (on[h]) {
+        const float mn = fmaxf(run->m, mx);
+        fa = expf(__fsub_rn(run->m, mn)), fb = expf(__fsub_rn(mx, mn));
+        run->l = fold(run->l, fa, lsum, fb), run->m = mn, mode = 2.0f;
+      }
+      if (d.tq == 0) *reinterpret_cast<float4*>(st + 4 * (d.gq + 8 * h)) = make_float4(mode, fa, fb, 0.0f);
+    } else if (on[h] && d.tq == 0) {
       const int p = d.gq + 8 * h;
       const int64_t slot = part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s);
       a.part_ml[2 * slot] = mx;
@@ -168,10 +190,24 @@ __device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float*
   dec_put_pv(a, d, os, s, on);
 }
 
+// Whole mode: split products os folded into the running acc as st says, for each pair.
+__device__ __forceinline__ void dec_fold_pv(const Dec& d, const float (&os)[2][4], const float* st, float (&acc)[2][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 f = *reinterpret_cast<const float4*>(st + 4 * (d.gq + 8 * h));
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e)
+        acc[j][e] = f.x == 1.0f ? os[j][e] : f.x == 2.0f ? fold(acc[j][e], f.y, os[j][e], f.z) : acc[j][e];
+  }
+}
+
 // bf16 mode: the same products in k16 steps (keys 16j..16j + 15), the weights' A fragments packed
-// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16).
+// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16). Whole
+// mode (st set): folded into acc.
 __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const float* xs, int xld, const uint16_t* vs,
-                                         int ld, int s, const bool (&on)[2]) {
+                                         int ld, int s, const bool (&on)[2], const float* st, float (&acc)[2][4]) {
   uint32_t pa[4][4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -195,7 +231,8 @@ __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const floa
     mma_k16(os[0], pa[j], vf[0], vf[1]);
     mma_k16(os[1], pa[j], vf[2], vf[3]);
   }
-  dec_put_pv(a, d, os, s, on);
+  if (st != nullptr) dec_fold_pv(d, os, st, acc);
+  else dec_put_pv(a, d, os, s, on);
 }
 
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
@@ -243,42 +280,75 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   }
 }
 
-// bf16 mode's schedule: a ring of two (K, V) stages a split each. Split s + 2's slots are found
-// while split s's scores run (their page ids load meanwhile) and its tiles load once split s's
-// products are done, so a split's loads have a whole split's work to land.
+// Stages split rows [jlo, jhi) of the tile (stage_tile's copies, without its commit).
+template <int T, class E>
+__device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp, int jlo,
+                                           int jhi) {
+  const int per = hd % 8 != 0 ? 4 : 8, units = hdp / per;
+  const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
+  for (int key = key0; key < kSplit; key += kstep) {
+    if (key < jlo || key >= jhi) continue;
+    const int64_t off = slot[key];
+    const bool ok = off >= 0 && d0 < hd;
+    const E* from = src + (ok ? off + d0 : 0);
+    if (per == 8) cp_async16(dst + key * ld + d0, from, ok);
+    else cp_async8(dst + key * ld + d0, from, ok);
+  }
+}
+
+// bf16 mode's schedule: a ring of two (K, V) stages a split each, one commit group a stage. Split
+// s + 2's slots are found while split s's scores run (their page ids load meanwhile) and its tiles
+// load once split s's products are done, so a split's loads have a whole split's work to land.
+// Before the wait on the kernel before it, a block finds its first two splits' slots and loads
+// their keys older than the round's first row of the sequence (row_fresh): a launch that overlaps
+// is one whose kernel before it wrote only this round's keys (attention_prep, kv_store) after
+// waiting on everything earlier. The round's keys load after the wait, as a second group.
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args a) {
-  grid_wait();
-  grid_launch_next();
   constexpr int ld = kKs16;
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);                  // [kDecPairs][kKs]
   auto* kb = reinterpret_cast<uint16_t*>(qs + kDecPairs * kKs);  // [2][kSplit][ld]
   uint16_t* vb = kb + 2 * kSplit * ld;                          // [2][kSplit][ld]
   auto* xs = reinterpret_cast<float*>(vb + 2 * kSplit * ld);    // [8][kKs]: scores, then weights
-  auto* kslot = reinterpret_cast<int64_t*>(xs + 8 * kKs);       // [2][kSplit], -1: masked
+  float* st = xs + 8 * kKs;                                     // [kDecPairs][4]: whole mode's fold
+  auto* kslot = reinterpret_cast<int64_t*>(st + 4 * kDecPairs);  // [2][kSplit], -1: masked
   const Dec d = dec_of(a);
+  const bool whole = a.items[2 * blockIdx.x + 1] < 0;
   const int s0 = d.it.s0, s1 = d.it.s1;
   const auto* kpool = static_cast<const uint16_t*>(a.k);
   const auto* vpool = static_cast<const uint16_t*>(a.v);
-  // Split s's K and V into stage b, one commit group.
-  auto stage = [&](int b) {
+  // Rows [jlo, jhi) of split s's K and V into stage b.
+  auto stage = [&](int b, int jlo, int jhi) {
     const int64_t* sl = kslot + b * kSplit;
-    stage_tile<kDecThreads>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp);
-    stage_tile<kDecThreads>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp);
+    stage_rows<kDecThreads>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp, jlo, jhi);
+    stage_rows<kDecThreads>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp, jlo, jhi);
+    cp_async_commit();
   };
+  const int32_t fresh = a.row_fresh[d.it.r0];
+  const int old0 = min(max(fresh - s0 * kSplit, 0), kSplit), old1 = min(max(fresh - (s0 + 1) * kSplit, 0), kSplit);
   fill_slots<kDecThreads>(kslot, a, d.it, s0);
   if (s0 < s1) fill_slots<kDecThreads>(kslot + kSplit, a, d.it, s0 + 1);
-  stage_q<kDecThreads, false>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
   __syncthreads();
-  stage(0);
-  if (s0 < s1) stage(1);
+  stage(0, 0, old0);
+  if (s0 < s1) stage(1, 0, old1);
+  grid_wait();
+  grid_launch_next();
+  stage_q<kDecThreads, false>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
+  stage(0, old0, kSplit);
+  if (s0 < s1) stage(1, old1, kSplit);
+  __syncthreads();
   uint32_t qa[kChunk / 16][4];
 #pragma unroll
   for (int k = 0; k < kChunk / 16; ++k)
     if (16 * k < d.hdp) load_a16(qs + 16 * k, kKs, d.lane, qa[k]);
+  Run run;
+  float acc[2][4] = {};
+  float* wst = whole ? st : nullptr;
   for (int s = s0; s <= s1; ++s) {
     const int b = (s - s0) & 1;
-    if (s < s1) cp_async_wait<2>();
+    // Pending past split s's stage: split s + 1's (its round's keys, or the whole stage) or none.
+    if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
     // Split s + 2's slots into this stage's (read when split s's tiles were staged): the page
@@ -293,20 +363,38 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
           in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
     __syncthreads();
     bool on[2];
-    dec_softmax<false>(a, d, xs, kKs, s, on);
+    dec_softmax<false>(a, d, xs, kKs, s, on, wst, &run);
     __syncthreads();
-    dec_pv16(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on);
+    dec_pv16(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on, wst, acc);
     __syncthreads();
-    if (s + 2 <= s1) stage(b);
+    if (s + 2 <= s1) stage(b, 0, kSplit);
+  }
+  if (!whole) return;
+  if (d.warp < 2 && d.tq == 0) st[4 * (d.gq + 8 * d.warp) + 3] = run.l;
+  __syncthreads();
+  if (16 * d.warp >= d.hdp) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = d.gq + 8 * h;
+    if (p >= d.it.P) continue;
+    const float lp = st[4 * p + 3];
+    float* orow = a.out + static_cast<int64_t>(d.it.r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(d.it.h0 + p % a.hpb) * d.hd;
+#pragma unroll
+    for (int jt = 0; jt < 2; ++jt) {
+      const int dd = 8 * (2 * d.warp + jt) + 2 * d.tq;
+      if (dd < d.hd) orow[dd] = __fadd_rn(__fdiv_rn(acc[jt][2 * h], lp), 0.0f);
+      if (dd + 1 < d.hd) orow[dd + 1] = __fadd_rn(__fdiv_rn(acc[jt][2 * h + 1], lp), 0.0f);
+    }
   }
 }
 
 }  // namespace
 
-void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks) {
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap) {
   static std::atomic<bool> ready_f32{false}, ready_bf16{false};
   if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
-  else launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks);
+  else launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks,
+                               overlap);
 }
 
 }  // namespace tf::cuda::attn

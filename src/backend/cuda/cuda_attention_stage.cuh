@@ -65,15 +65,16 @@ __device__ __forceinline__ void zero_v_tail(E* vs, int ld, int hdp) {
 }
 
 // Launches kernel over n_items x yblocks blocks of `threads`, raising its shared-memory limit to
-// smem on its first launch (ready: the kernel's own flag).
+// smem on its first launch (ready: the kernel's own flag); it overlaps the kernel before only
+// when asked.
 inline void launch_attention_kernel(void (*kernel)(Args), std::atomic<bool>& ready, int threads, size_t smem,
-                                    const Args& a, unsigned n_items, unsigned yblocks) {
+                                    const Args& a, unsigned n_items, unsigned yblocks, bool overlap = false) {
   if (!ready.load()) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                   "attention: shared memory of ", smem, " bytes");
     ready.store(true);
   }
-  launch_kernel_whole(kernel, dim3(n_items, yblocks), threads, smem, a);
+  launch_on_stream(overlap, kernel, dim3(n_items, yblocks), threads, smem, a);
 }
 
 }  // namespace tf::cuda::attn

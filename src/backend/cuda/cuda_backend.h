@@ -245,6 +245,9 @@ class CudaBackend : public Backend {
   uint8_t* meta_dev_ = nullptr;
   uint64_t meta_cap_ = 0, meta_used_ = 0;
   std::vector<MetaEntry> meta_recent_;  // uploads since the ring last wrapped, newest last
+  // launch_count() just after the last KV store (attention_prep or kv_store), which waits on
+  // every earlier kernel before it lets the next one start.
+  uint64_t kv_written_at_ = ~0ull;
   std::vector<uint8_t> rope_blob_;      // the positions, frequencies and mscale rope_table_ holds
   const float* rope_table_ = nullptr;
   float* partials_ = nullptr;

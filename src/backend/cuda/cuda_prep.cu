@@ -162,6 +162,7 @@ void CudaBackend::attention_prep(Tensor q, Tensor k, const Tensor& v, const QkNo
   const dim3 grid(static_cast<unsigned>(q.rows), static_cast<unsigned>((tasks + kPrepWarps - 1) / kPrepWarps));
   launch_kernel(attention_prep_kernel, grid, kPrepWarps * 32, 0, a);
   check_launch("attention_prep");
+  kv_written_at_ = launch_count();
 }
 
 }  // namespace tf::cuda
