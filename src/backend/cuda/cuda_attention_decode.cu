@@ -301,9 +301,9 @@ __device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const i
 // s + 2's slots are found while split s's scores run (their page ids load meanwhile) and its tiles
 // load once split s's products are done, so a split's loads have a whole split's work to land.
 // Before the wait on the kernel before it, a block finds its first two splits' slots and loads
-// their keys older than the round's first row of the sequence (row_fresh): a launch that overlaps
-// is one whose kernel before it wrote only this round's keys (attention_prep, kv_store) after
-// waiting on everything earlier. The round's keys load after the wait, as a second group.
+// their keys older than the call's first row of the sequence (row_fresh): a launch that overlaps
+// is one whose kernel before it wrote only the call's keys (attention_prep, kv_store) after
+// waiting on everything earlier. The call's own keys load after the wait, as a second group.
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args a) {
   constexpr int ld = kKs16;
   extern __shared__ float4 sh4[];
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
   float* wst = whole ? st : nullptr;
   for (int s = s0; s <= s1; ++s) {
     const int b = (s - s0) & 1;
-    // Pending past split s's stage: split s + 1's (its round's keys, or the whole stage) or none.
+    // Pending past split s's stage: split s + 1's (the call's keys, or the whole stage) or none.
     if (s < s1) cp_async_wait<1>();
     else cp_async_wait<0>();
     __syncthreads();
