@@ -1,4 +1,4 @@
-// Paged KV writes and causal attention on the GPU.
+// Causal attention on the GPU over the paged KV cache (its writes: cuda_kv_store.cu).
 //
 // Order rule (per row and head; the row's keys are positions first..pos): keys are cut into
 // splits of 64 on the absolute grid (split s holds positions 64s..64s+63); the row's splits are
@@ -49,18 +49,6 @@ constexpr int kPs = kSplit + 8;  // score row stride, 8 mod 32: float2 reads hit
 constexpr int kThreads = 256;    // 8 warps
 constexpr int kMaxHeadDim = 512;
 constexpr uint64_t kMaxPartialBytes = 256ull << 20;
-
-template <class E>
-__global__ void kv_store_kernel(E* k_layer, E* v_layer, const float* k, const float* v,
-                                const int64_t* dst_row, int64_t width, int64_t total) {
-  grid_wait();
-  grid_launch_next();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  const int64_t r = i / width, c = i % width;
-  kv_put(k_layer + dst_row[r] * width + c, k[i]);
-  kv_put(v_layer + dst_row[r] * width + c, v[i]);
-}
 
 // Query row stride in shared memory for dims rounded to hd_pad: 4 mod 32.
 constexpr int q_stride_for(int hd_pad) { return (hd_pad + 31) / 32 * 32 + 4; }
@@ -324,29 +312,6 @@ __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
   }
 }
 
-// Checks that row r's positions [first, pos] have valid pages in its sequence.
-void check_row(const RowLayout& rows, int r, int first, const KvStorage& kv, const char* op) {
-  const int32_t s = rows.seq[static_cast<size_t>(r)], pos = rows.pos[static_cast<size_t>(r)];
-  TF_CHECK(s >= 0 && static_cast<size_t>(s) < rows.seq_pages.size(), op, ": row ", r, " has seq ",
-           s, " but the layout has ", rows.seq_pages.size(), " sequences");
-  TF_CHECK(pos >= 0, op, ": row ", r, " has position ", pos);
-  const auto& pages = rows.seq_pages[static_cast<size_t>(s)];
-  const int64_t last = pos / kv.page_size;
-  TF_CHECK(last < static_cast<int64_t>(pages.size()), op, ": row ", r, " at position ", pos,
-           " needs page ", last, " of seq ", s, " which has ", pages.size(), " pages");
-  for (int64_t i = std::max(0, first) / kv.page_size; i <= last; ++i) {
-    const int32_t id = pages[static_cast<size_t>(i)];
-    TF_CHECK(id >= 0 && id < kv.pages, op, ": seq ", s, " page ", i, " has id ", id, " outside ",
-             kv.pages, " pages");
-  }
-}
-
-void check_layout(const RowLayout& rows, int64_t m, const char* op) {
-  TF_CHECK(static_cast<int64_t>(rows.pos.size()) == m && static_cast<int64_t>(rows.seq.size()) == m,
-           op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(),
-           " seq ids for ", m, " rows");
-}
-
 // Pairs a block holds for head dims of NC staged chunks: the staged q stays near 33 KB.
 constexpr int pairs_per_block(int nc) { return nc == 1 ? 64 : nc == 2 ? 32 : 16; }
 static_assert(pairs_per_block(1) == kFlashPairs, "groups sized for the tile kernel must fit the flash kernel");
@@ -429,53 +394,6 @@ void launch_attention(const AttnArgs& a, unsigned items, unsigned yblocks, size_
   else launch_attention_as<NC, MT, false>(a, items, yblocks, smem, sms);
 }
 }  // namespace
-
-void CudaBackend::check_kv_mode(const CudaKv& kv, const char* op) const {
-  const bool bf16 = matmul_input() == MatmulInput::BF16;
-  TF_CHECK(kv.bf16() == bf16, op, ": the KV cache holds ", kv.bf16() ? "bf16" : "f32", " values but the backend is in ",
-           matmul_input_name(matmul_input()), " mode (a cache is made in the mode that reads it)");
-}
-
-const int64_t* CudaBackend::kv_slots(const CudaKv& kv, int layer, const Tensor& k, const Tensor& v,
-                                      const RowLayout& rows, const char* op) {
-  check_tensor(k, op, "k");
-  check_tensor(v, op, "v");
-  const int64_t width = static_cast<int64_t>(kv.kv_heads) * kv.head_dim;
-  TF_CHECK(k.cols == width && v.cols == width && k.rows == v.rows, op, ": k [", k.rows, " x ",
-           k.cols, "] and v [", v.rows, " x ", v.cols, "] for ", kv.kv_heads, " heads of ",
-           kv.head_dim);
-  TF_CHECK(layer >= 0 && layer < kv.layers, op, ": layer ", layer, " of ", kv.layers);
-  check_kv_mode(kv, op);
-  check_layout(rows, k.rows, op);
-  for (int r = 0; r < k.rows; ++r) check_row(rows, r, rows.pos[static_cast<size_t>(r)], kv, op);
-  if (k.rows == 0) return nullptr;
-  std::vector<int64_t> dst(static_cast<size_t>(k.rows));
-  for (int r = 0; r < k.rows; ++r) {
-    const int32_t pos = rows.pos[static_cast<size_t>(r)];
-    const int32_t page = rows.seq_pages[static_cast<size_t>(rows.seq[static_cast<size_t>(r)])]
-                                       [static_cast<size_t>(pos / kv.page_size)];
-    dst[static_cast<size_t>(r)] = static_cast<int64_t>(page) * kv.page_size + pos % kv.page_size;
-  }
-  return static_cast<const int64_t*>(meta(dst.data(), dst.size() * 8));
-}
-
-void CudaBackend::kv_store(KvStorage& kvs, int layer, const Tensor& k, const Tensor& v,
-                           const RowLayout& rows) {
-  const ProfScope prof(*this, "kv_store", nullptr, k.rows);
-  const CudaKv& kv = as_cuda_kv(kvs, "kv_store");
-  const int64_t* d_dst = kv_slots(kv, layer, k, v, rows, "kv_store");
-  if (k.rows == 0) return;
-  const int64_t width = k.cols, total = k.rows * width;
-  if (kv.bf16())
-    launch_kernel(kv_store_kernel<uint16_t>, grid_for(total, 256), 256, 0, static_cast<uint16_t*>(kv.k_layer(layer)),
-                  static_cast<uint16_t*>(kv.v_layer(layer)), k.data, v.data, d_dst, width, total);
-  else
-    launch_kernel(kv_store_kernel<float>, grid_for(total, 256), 256, 0, static_cast<float*>(kv.k_layer(layer)),
-                  static_cast<float*>(kv.v_layer(layer)), k.data, v.data, d_dst, width, total);
-  check_launch("kv_store");
-  kv_written_at_ = launch_count();
-}
-
 
 // Decode attention's split partials grow with the keys a round reads, up to kMaxPartialBytes (and
 // a megabyte of row sums); scratch may double past what it held, so twice that.

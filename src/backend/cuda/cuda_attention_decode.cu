@@ -280,23 +280,6 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   }
 }
 
-// Stages split rows [jlo, jhi) of the tile (stage_tile's copies, without its commit).
-template <int T, class E>
-__device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp, int jlo,
-                                           int jhi) {
-  const int per = hd % 8 != 0 ? 4 : 8, units = hdp / per;
-  const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
-  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
-  for (int key = key0; key < kSplit; key += kstep) {
-    if (key < jlo || key >= jhi) continue;
-    const int64_t off = slot[key];
-    const bool ok = off >= 0 && d0 < hd;
-    const E* from = src + (ok ? off + d0 : 0);
-    if (per == 8) cp_async16(dst + key * ld + d0, from, ok);
-    else cp_async8(dst + key * ld + d0, from, ok);
-  }
-}
-
 // bf16 mode's schedule: a ring of two (K, V) stages a split each, one commit group a stage. Split
 // s + 2's slots are found while split s's scores run (their page ids load meanwhile) and its tiles
 // load once split s's products are done, so a split's loads have a whole split's work to land.
@@ -321,8 +304,8 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
   // Rows [jlo, jhi) of split s's K and V into stage b.
   auto stage = [&](int b, int jlo, int jhi) {
     const int64_t* sl = kslot + b * kSplit;
-    stage_rows<kDecThreads>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp, jlo, jhi);
-    stage_rows<kDecThreads>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp, jlo, jhi);
+    stage_rows<kDecThreads, true>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp, jlo, jhi);
+    stage_rows<kDecThreads, true>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp, jlo, jhi);
     cp_async_commit();
   };
   const int32_t fresh = a.row_fresh[d.it.r0];
