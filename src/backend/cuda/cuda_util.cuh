@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -83,17 +84,17 @@ void launch_logged(LaunchLog& log, void (*kernel)(P...), const cudaLaunchConfig_
   else log_lost(log);
 }
 
-// Launches this thread has issued or recorded through launch_on_stream, so a caller can tell
-// whether a launch it noted is still the last one on the stream.
-inline thread_local uint64_t tl_launches = 0;
-inline uint64_t launch_count() { return tl_launches; }
+// Launches issued or recorded through launch_on_stream by any thread (they share the one stream),
+// so a caller can tell whether a launch it noted is still the last one on the stream.
+inline std::atomic<uint64_t> g_launches{0};
+inline uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 
 // Launches kernel on the backend's stream, overlapping the kernel before it when `overlap` and
 // pdl_on(); errors surface through check_launch like a <<<>>> launch's.
 template <class... P, class... A>
 void launch_on_stream(bool overlap, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                       A&&... args) {
-  ++tl_launches;
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   cudaLaunchAttribute attr[1] = {};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
