@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace tf {
@@ -39,6 +41,28 @@ void Backend::sample_rows(const Tensor& logits, const std::vector<SampleSpec>& s
     to_host(logits.slice_rows(specs[j].row, 1), row.data());
     ids[j] = sample_row(row.data(), static_cast<int32_t>(logits.cols), specs[j], pens.data() + specs[j].pen_begin);
   }
+}
+
+void check_row(const RowLayout& rows, int r, int first, const KvStorage& kv, const char* op) {
+  const int32_t s = rows.seq[static_cast<size_t>(r)], pos = rows.pos[static_cast<size_t>(r)];
+  TF_CHECK(s >= 0 && static_cast<size_t>(s) < rows.seq_pages.size(), op, ": row ", r, " has seq ",
+           s, " but the layout has ", rows.seq_pages.size(), " sequences");
+  TF_CHECK(pos >= 0, op, ": row ", r, " has position ", pos);
+  const auto& pages = rows.seq_pages[static_cast<size_t>(s)];
+  const int64_t last = pos / kv.page_size;
+  TF_CHECK(last < static_cast<int64_t>(pages.size()), op, ": row ", r, " at position ", pos,
+           " needs page ", last, " of seq ", s, " which has ", pages.size(), " pages");
+  for (int64_t i = std::max(0, first) / kv.page_size; i <= last; ++i) {
+    const int32_t id = pages[static_cast<size_t>(i)];
+    TF_CHECK(id >= 0 && id < kv.pages, op, ": seq ", s, " page ", i, " has id ", id, " outside ",
+             kv.pages, " pages");
+  }
+}
+
+void check_layout(const RowLayout& rows, int64_t m, const char* op) {
+  TF_CHECK(static_cast<int64_t>(rows.pos.size()) == m && static_cast<int64_t>(rows.seq.size()) == m,
+           op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(),
+           " seq ids for ", m, " rows");
 }
 
 }  // namespace tf

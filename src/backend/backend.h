@@ -57,6 +57,11 @@ struct RowLayout {
   int rows() const { return static_cast<int>(pos.size()); }
 };
 
+// Throws naming op unless row r's positions [first, pos] have valid pages of kv in its sequence.
+void check_row(const RowLayout& rows, int r, int first, const KvStorage& kv, const char* op);
+// Throws naming op unless the layout has m positions and m sequence ids.
+void check_layout(const RowLayout& rows, int64_t m, const char* op);
+
 struct RopeParams {
   int head_dim = 0;
   int rot_dim = 0;               // rotated leading dims of each head (partial rotary)

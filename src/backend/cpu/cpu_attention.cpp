@@ -18,29 +18,6 @@ const CpuKv& as_cpu_kv(const KvStorage& kv, const char* op) {
   return *c;
 }
 
-// Checks that row r's positions [first, pos] have valid pages in its sequence.
-void check_row(const RowLayout& rows, int r, int first, const KvStorage& kv, const char* op) {
-  const int32_t s = rows.seq[static_cast<size_t>(r)], pos = rows.pos[static_cast<size_t>(r)];
-  TF_CHECK(s >= 0 && static_cast<size_t>(s) < rows.seq_pages.size(), op, ": row ", r, " has seq ",
-           s, " but the layout has ", rows.seq_pages.size(), " sequences");
-  TF_CHECK(pos >= 0, op, ": row ", r, " has position ", pos);
-  const auto& pages = rows.seq_pages[static_cast<size_t>(s)];
-  const int64_t last = pos / kv.page_size;
-  TF_CHECK(last < static_cast<int64_t>(pages.size()), op, ": row ", r, " at position ", pos,
-           " needs page ", last, " of seq ", s, " which has ", pages.size(), " pages");
-  for (int64_t i = std::max(0, first) / kv.page_size; i <= last; ++i) {
-    const int32_t id = pages[static_cast<size_t>(i)];
-    TF_CHECK(id >= 0 && id < kv.pages, op, ": seq ", s, " page ", i, " has id ", id, " outside ",
-             kv.pages, " pages");
-  }
-}
-
-void check_layout(const RowLayout& rows, int64_t m, const char* op) {
-  TF_CHECK(static_cast<int64_t>(rows.pos.size()) == m && static_cast<int64_t>(rows.seq.size()) == m,
-           op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(),
-           " seq ids for ", m, " rows");
-}
-
 void round_bf16(const float* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(x[i]);
 }

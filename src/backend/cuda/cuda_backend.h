@@ -282,9 +282,5 @@ const CudaWeight& as_cuda(const Weight& w, const char* op);
 const CudaKv& as_cuda_kv(const KvStorage& kv, const char* op);
 // Throws tf::Error naming op when the last launch or an earlier async op failed.
 void check_launch(const char* op);
-// Throws naming op unless row r's positions [first, pos] have valid pages in its sequence.
-void check_row(const RowLayout& rows, int r, int first, const KvStorage& kv, const char* op);
-// Throws naming op unless the layout has m positions and m sequence ids.
-void check_layout(const RowLayout& rows, int64_t m, const char* op);
 
 }  // namespace tf::cuda

@@ -1,6 +1,4 @@
-// Paged KV writes on the GPU (kv_store, and the pool slots attention_prep writes), and the checks
-// of a call's rows against the KV pages that attention shares.
-#include <algorithm>
+// Paged KV writes on the GPU: kv_store, and the pool slots attention_prep writes.
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -23,28 +21,6 @@ __global__ void kv_store_kernel(E* k_layer, E* v_layer, const float* k, const fl
 }
 
 }  // namespace
-
-void check_row(const RowLayout& rows, int r, int first, const KvStorage& kv, const char* op) {
-  const int32_t s = rows.seq[static_cast<size_t>(r)], pos = rows.pos[static_cast<size_t>(r)];
-  TF_CHECK(s >= 0 && static_cast<size_t>(s) < rows.seq_pages.size(), op, ": row ", r, " has seq ",
-           s, " but the layout has ", rows.seq_pages.size(), " sequences");
-  TF_CHECK(pos >= 0, op, ": row ", r, " has position ", pos);
-  const auto& pages = rows.seq_pages[static_cast<size_t>(s)];
-  const int64_t last = pos / kv.page_size;
-  TF_CHECK(last < static_cast<int64_t>(pages.size()), op, ": row ", r, " at position ", pos,
-           " needs page ", last, " of seq ", s, " which has ", pages.size(), " pages");
-  for (int64_t i = std::max(0, first) / kv.page_size; i <= last; ++i) {
-    const int32_t id = pages[static_cast<size_t>(i)];
-    TF_CHECK(id >= 0 && id < kv.pages, op, ": seq ", s, " page ", i, " has id ", id, " outside ",
-             kv.pages, " pages");
-  }
-}
-
-void check_layout(const RowLayout& rows, int64_t m, const char* op) {
-  TF_CHECK(static_cast<int64_t>(rows.pos.size()) == m && static_cast<int64_t>(rows.seq.size()) == m,
-           op, ": layout has ", rows.pos.size(), " positions and ", rows.seq.size(),
-           " seq ids for ", m, " rows");
-}
 
 void CudaBackend::check_kv_mode(const CudaKv& kv, const char* op) const {
   const bool bf16 = matmul_input() == MatmulInput::BF16;
