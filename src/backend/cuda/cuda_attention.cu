@@ -26,7 +26,8 @@
 // among up to 64 (row, head) pairs: consecutive rows of one sequence and the heads of one GQA
 // group. Whole-mode blocks of more than 16 pairs and head dims up to 128 run the flash kernel
 // (cuda_attention_flash.cu), and so do split-mode blocks when there are many (those of at most
-// 16 pairs on the decode kernels of cuda_attention_decode.cu); the others run the tile kernel here.
+// 16 pairs on the decode kernels of cuda_attention_decode.cu, which in bf16 mode also take groups
+// of at most 16 pairs over a few splits whole); the others run the tile kernel here.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
