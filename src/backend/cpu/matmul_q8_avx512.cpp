@@ -34,7 +34,9 @@ inline __m512 pair_scale(float d0, float d1) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
 }
 
-const __m512i kBias128 = _mm512_set1_epi8(static_cast<char>(0x80));
+// A function, not a namespace-scope constant: a constant's initializer runs at program start, on
+// CPUs without AVX-512 too.
+inline __m512i bias128() { return _mm512_set1_epi8(static_cast<char>(0x80)); }
 
 // Weight pair p of column c from its stored blocks: w + 128 as unsigned bytes, and scales.
 struct RawW {
@@ -47,7 +49,7 @@ struct RawW {
     std::memcpy(&h0, blk, 2);
     if (two) std::memcpy(&h1, blk + kQ8BlockBytes, 2);
     dw = pair_scale(_cvtsh_ss(h0), _cvtsh_ss(h1));
-    wu = _mm512_xor_si512(load_pair(blk + 2, kQ8BlockBytes, two), kBias128);
+    wu = _mm512_xor_si512(load_pair(blk + 2, kQ8BlockBytes, two), bias128());
   }
 };
 
@@ -64,7 +66,7 @@ struct RawX {
     dx = pair_scale(d0, d1);
     xv = load_pair(xb + 4, kQ8ActBlockBytes, two);
     corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), kBias128, xv));
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias128(), xv));
   }
 };
 
