@@ -350,6 +350,11 @@ std::vector<MoeCase> moe_kernel_cases() {
   add(one_group, 37, 102);
   // Slices of two and more weight steps in the grouped matmul.
   add(spec(DType::BF16, 2048, 4224, 4, 2, true, Act::SiLU), 24, 101);
+  // Nemotron-3-Nano's expert shapes: at 24 rows the launches run their two-step slices as blocks
+  // of their own, at one row they fold them.
+  MoeSpec nemo = spec(DType::BF16, 2688, 1856, 16, 6, false, Act::Relu2);
+  nemo.sigmoid = true, nemo.scale = 2.5f, nemo.bias = true;
+  add(nemo, 24, 111);
   // More experts than the routing block has threads: a thread's softmax sum holds several.
   add(spec(DType::BF16, 64, 32, 600, 4, true, Act::SiLU), 21, 104);
   MoeSpec nonorm = spec(DType::BF16, 64, 64, 130, 8, true, Act::SiLU);

@@ -39,6 +39,21 @@ size_t whole_x_smem(int64_t rows, int64_t k_span, bool lo) {
   return b <= kWholeXMaxBytes ? b : 0;
 }
 
+// Whether a grouped launch of `folded` (tile, item) blocks runs its slices as blocks of their
+// own: where its one-tile blocks would pass a wave (blocks1; its warps then own two tiles), its
+// slices hold two or more steps, and the slice blocks number at most 24 waves. There slice
+// blocks timed faster; at one wave, with one-step slices, or past 24 waves folding did.
+// TF_CUDA_MOE_SLICES=0: never; =n: up to n slice blocks instead (side-by-side timing). The same
+// chains and fold order, so the same bits.
+bool moe_slice_blocks(int64_t blocks1, int64_t folded, const SplitArgs& sp, int64_t K) {
+  static const int64_t cap = [] {
+    const char* e = std::getenv("TF_CUDA_MOE_SLICES");
+    return e ? std::atoll(e) : 24 * kTargetBlocks;
+  }();
+  return cap > 0 && blocks1 > kTargetBlocks && sp.ks < K && sp.ks >= 2 * 32 * kSkinnyUnroll &&
+         folded * sp.s <= cap;
+}
+
 // The k values a block of split sp walks.
 int64_t block_span(const SplitArgs& sp, int64_t K) { return sp.fold || sp.s == 1 ? K : sp.ks; }
 
@@ -145,8 +160,11 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
     SplitArgs sp = split_for(K, N);
     const int64_t tiles = (N + BN - 1) / BN;
     // Enough (tile, item) blocks to fill the card: each walks its slices and folds them itself,
-    // with no partials or second pass (TF_CUDA_FOLD=0: never, for side-by-side timing).
-    sp.fold = sp.s > 1 && !fold_off() && tiles * tables * gr.max_items >= kTargetBlocks / 2;
+    // with no partials or second pass (TF_CUDA_FOLD=0: never, for side-by-side timing), unless
+    // moe_slice_blocks says otherwise.
+    const int64_t folded = tiles * tables * gr.max_items;
+    sp.fold = sp.s > 1 && !fold_off() && folded >= kTargetBlocks / 2 &&
+              !moe_slice_blocks(blocks1, folded, sp, K);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(sp.fold ? 1 : sp.s),
                     static_cast<unsigned>(tables * gr.max_items));
     if (sp.s > 1 && !sp.fold) {
