@@ -295,19 +295,51 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int32_t* order, int32_
 // Routes rows a warp each: one block walks every row and then lists the pairs by expert (lists
 // set), or a grid spreads the rows over blocks and moe_lists_kernel lists them after.
 // A row's scores come from its logits in the warp's shared row (n floats a warp).
+// With rank (one row, no group choice): the block ranks every expert at once, a thread counting
+// the experts that rank before its own, where warp_pick's k rounds of the warp's best are one long
+// chain. The same values and total order give the same picks in the same order; warp 0 then
+// weighs them as route_softmax_row / route_sigmoid_row do.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* logits, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int32_t* items, int32_t* n_items,
-                                 bool lists) {
+                                 bool lists, bool rank) {
   extern __shared__ float scores[];
   __shared__ int32_t few_idx[32];  // the pairs' experts when they number at most 32, for warp_lists
+  __shared__ int32_t picked[kMaxK];
   grid_wait();
   grid_launch_next();
   const int warps = static_cast<int>(blockDim.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const bool few = lists && rows * k <= 32;
   float* p = scores + static_cast<int64_t>(threadIdx.x / 32) * n;
-  for (int r = static_cast<int>(blockIdx.x) * warps + static_cast<int>(threadIdx.x) / 32; r < rows;
+  if (rank) {
+    float* v = scores + n;  // warp 1's row holds the values ranked
+    if (threadIdx.x < 32) route_scores(logits, n, kSigmoid, scores);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      v[i] = kSigmoid ? nan_low(bias ? scores[i] + bias[i] : scores[i]) : isnan(scores[i]) ? -1.0f : scores[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float vi = v[i];
+      int before = 0;
+#pragma unroll 8
+      for (int j = 0; j < n; ++j) before += ranks_before(v[j], j, vi, i);
+      if (before < k) picked[before] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const int e = lane < k ? picked[lane] : -1;
+      const float pe = lane < k ? scores[e] : 0.0f;
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum = sum + __shfl_sync(0xffffffffu, pe, j);
+      if (lane < k) {
+        idx[lane] = e;
+        w[lane] = kSigmoid ? (norm ? pe / (sum + 1e-20f) : pe) * scale : norm ? pe / sum : pe;
+        if (few) few_idx[lane] = e;
+      }
+    }
+  }
+  for (int r = rank ? rows : static_cast<int>(blockIdx.x) * warps + static_cast<int>(threadIdx.x) / 32; r < rows;
        r += static_cast<int>(gridDim.x) * warps) {
     route_scores(logits + static_cast<int64_t>(r) * n, n, kSigmoid, p);
     int32_t* ir = idx + static_cast<int64_t>(r) * k;
@@ -374,6 +406,13 @@ __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const flo
 // never, for side-by-side timing; the same loads and products, so the same bits).
 bool moe_early() {
   static const bool on = !env_zero("TF_CUDA_MOE_EARLY");
+  return on;
+}
+
+// Whether a one-row round's routing ranks its experts with the whole block (TF_CUDA_ROUTE_RANK=0:
+// never, one warp's k rounds instead, for side-by-side timing; the same picks, so the same bits).
+bool route_rank() {
+  static const bool on = !env_zero("TF_CUDA_ROUTE_RANK");
   return on;
 }
 
@@ -479,6 +518,7 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   const unsigned route_blocks =
       one_block ? 1u : static_cast<unsigned>((m + kRouteThreads / 32 - 1) / (kRouteThreads / 32));
   const size_t smem = static_cast<size_t>(kRouteThreads / 32) * static_cast<size_t>(E) * 4;
+  const bool rank_one = m == 1 && route_rank();
   {
     const ProfScope ps(*this, "moe route", nullptr, m);
     if (route.sigmoid) {
@@ -490,11 +530,12 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
       }
       launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits.data, bias, nm, nE,
                     route.n_group, route.topk_group, route.k, route.norm, route.scale, idx, wts,
-                    order, items, items + 3 * max_items, one_block);
+                    order, items, items + 3 * max_items, one_block,
+                    rank_one && route.topk_group >= route.n_group);
     } else {
       launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits.data, nullptr, nm, nE,
                     1, 1, route.k, route.norm, 1.0f, idx, wts, order, items, items + 3 * max_items,
-                    one_block);
+                    one_block, rank_one);
     }
     if (!one_block)
       launch_kernel(moe_lists_kernel, 1, kRouteThreads, 0, idx, static_cast<int>(P), nE, order,
