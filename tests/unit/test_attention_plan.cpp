@@ -87,8 +87,9 @@ void check_plan(const PlanArgs& a, const Plan& pl) {
     }
     // A small group of few splits always goes whole to the decode form.
     if (a.flash && a.decode && (pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16 &&
-        a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit < a.whole_decode)
+        a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit < a.whole_decode) {
       ASSERT_TRUE(flash_item && s < 0) << "group " << g << " missed the decode form's whole mode";
+    }
     if (s < 0) {
       ASSERT_TRUE(whole.insert(g).second) << "group " << g << " twice";
     } else {
@@ -296,7 +297,9 @@ TEST(AttentionPlan, DecodeSplitsGoFirstToTheDecodeKernel) {
     const int32_t g = pl.items[2 * i], c = pl.items[2 * i + 1];
     const bool small = (pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16;
     EXPECT_EQ(small, i < n_dec) << "item " << i;
-    if (small) EXPECT_GE(c, 0) << "item " << i << ": a whole small group with the decode form's whole mode off";
+    if (small) {
+      EXPECT_GE(c, 0) << "item " << i << ": a whole small group with the decode form's whole mode off";
+    }
     expect += small;
   }
   EXPECT_EQ(n_dec, expect);
