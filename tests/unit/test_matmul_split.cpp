@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "backend/cuda/matmul_split.h"
 
 namespace tf::cuda::mm {
@@ -76,6 +78,39 @@ TEST(MatmulSplit, MemoAnswersAsTheComputation) {
   EXPECT_EQ(calls, 46);
   for (const auto& s : shapes) EXPECT_EQ(ask(s[0], s[1]), exact(s[0], s[1]));
   EXPECT_EQ(calls, 51);
+}
+
+namespace {
+// Whether an MoE expert launch of m rows folds its slices, as the CUDA grouped launch decides:
+// work items as moe_experts sizes them, one-tile blocks of 32 columns (two tiles a warp past a
+// wave), the default cap of 24 waves of slice blocks.
+bool grouped_folds(int64_t K, int64_t N, int tables, int64_t E, int64_t k, int64_t m) {
+  const int64_t P = m * k, max_items = P / 16 + std::min(E, P);
+  const int64_t blocks1 = (N + 31) / 32 * tables * max_items;
+  const int64_t cols = blocks1 > kTarget ? 64 : 32;
+  const int64_t folded = (N + cols - 1) / cols * tables * max_items;
+  const int64_t ks = slice_len_by_cost(K, (N + 31) / 32, kTarget, kUnit);
+  return slices(K, ks) > 1 && folded >= kTarget / 2 &&
+         !slice_blocks_take(blocks1, folded, K, ks, kTarget, 256, 24 * kTarget);
+}
+}  // namespace
+
+// The slice-block rule at the shapes it was timed on: Nemotron-3-Nano's experts (two-step
+// slices) run slice blocks at 2-8 rows and fold at one row and at 16 or more; Qwen3-30B-A3B's
+// (one-step slices) fold at every row count.
+TEST(MatmulSplit, MoeSliceBlocksWhereTheyTimedFaster) {
+  for (const int64_t m : {1, 2, 4, 8, 16, 32, 64, 128}) {
+    const bool slices_as_blocks = m >= 2 && m <= 8;
+    EXPECT_EQ(grouped_folds(2688, 1856, 1, 128, 6, m), !slices_as_blocks) << "Nemotron up, m=" << m;
+    EXPECT_EQ(grouped_folds(1856, 2688, 1, 128, 6, m), !slices_as_blocks) << "Nemotron down, m=" << m;
+    EXPECT_TRUE(grouped_folds(2048, 768, 2, 128, 8, m)) << "Qwen3 gate + up, m=" << m;
+    EXPECT_TRUE(grouped_folds(768, 2048, 1, 128, 8, m)) << "Qwen3 down, m=" << m;
+  }
+  // A slice of one step, one wave of blocks, or a zero cap never takes slice blocks.
+  EXPECT_FALSE(slice_blocks_take(1000, 600, 2048, 256, kTarget, 256, 1 << 30));
+  EXPECT_FALSE(slice_blocks_take(kTarget, 300, 2688, 512, kTarget, 256, 1 << 30));
+  EXPECT_FALSE(slice_blocks_take(1000, 600, 2688, 512, kTarget, 256, 0));
+  EXPECT_TRUE(slice_blocks_take(1000, 600, 2688, 512, kTarget, 256, 1 << 30));
 }
 
 }  // namespace tf::cuda::mm

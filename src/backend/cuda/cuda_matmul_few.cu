@@ -50,8 +50,7 @@ bool moe_slice_blocks(int64_t blocks1, int64_t folded, const SplitArgs& sp, int6
     const char* e = std::getenv("TF_CUDA_MOE_SLICES");
     return e ? std::atoll(e) : 24 * kTargetBlocks;
   }();
-  return cap > 0 && blocks1 > kTargetBlocks && sp.ks < K && sp.ks >= 2 * 32 * kSkinnyUnroll &&
-         folded * sp.s <= cap;
+  return slice_blocks_take(blocks1, folded, K, sp.ks, kTargetBlocks, 32 * kSkinnyUnroll, cap);
 }
 
 // The k values a block of split sp walks.

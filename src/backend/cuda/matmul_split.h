@@ -30,6 +30,16 @@ inline int64_t slice_len_by_cost(int64_t K, int64_t tiles, int64_t target, int64
   return best;
 }
 
+// Whether a grouped (MoE) launch runs its slices of length ks as blocks of their own instead of
+// folding them in one block: its one-tile blocks (blocks1) pass a wave of `target`, a slice holds
+// two or more steps of `step` k and is shorter than K, and its `folded` (tile, item) blocks times
+// the slice count stay within `cap` blocks.
+inline bool slice_blocks_take(int64_t blocks1, int64_t folded, int64_t K, int64_t ks, int64_t target,
+                              int64_t step, int64_t cap) {
+  const int64_t s = (K + ks - 1) / ks;
+  return cap > 0 && blocks1 > target && ks < K && ks >= 2 * step && folded * s <= cap;
+}
+
 // The last few slice lengths by (K, N), so a launch finds its split without rerunning the cost
 // model: a model asks for a handful of shapes every token. One per thread (no locking).
 class SliceMemo {
