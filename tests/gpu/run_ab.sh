@@ -16,7 +16,8 @@ for args in "${benches[@]}"; do
   for v in "$@"; do
     IFS='|' read -r label envs bin extra <<< "$v"
     # shellcheck disable=SC2086
-    line=$(env $envs timeout 200 "$bin" bench --model "$dir" --device cuda $args $extra --json 2>>"$log" | grep '^{')
-    echo "$label $line" | tee -a "$log"
+    # One JSON line per batch size; each gets the label.
+    env $envs timeout 200 "$bin" bench --model "$dir" --device cuda $args $extra --json 2>>"$log" | grep '^{' |
+      sed "s/^/$label /" | tee -a "$log"
   done
 done
