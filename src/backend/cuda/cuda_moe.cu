@@ -5,8 +5,8 @@
 // topk_softmax / topk_sigmoid_grouped compute them, and each row's choices are made by one warp
 // (or, for a lone row with no group choice, by the block counting ranks) with the same ranking
 // (a total order, so neither form can change a choice) and the same sums in the same order. An
-// expert's rows run through the grouped matmul, whose per-row bits are matmul's. Row r's output starts at 0 and adds weight * expert output for its chosen
-// experts in increasing expert index.
+// expert's rows run through the grouped matmul, whose per-row bits are matmul's. Row r's output
+// starts at 0 and adds weight * expert output for its chosen experts in increasing expert index.
 #include <algorithm>
 #include <climits>
 #include <cmath>
