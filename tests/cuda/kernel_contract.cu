@@ -77,6 +77,14 @@ void add_hybrid_kernels(std::vector<Case>& v) {
   v.push_back({"gated_rmsnorm BF16 C=150 group=50 gate_first", [](Backend& g, Backend& c) {
                  return gated_rmsnorm_gate(real_gated_rmsnorm(), g, c, DType::BF16, 150, 50, false, 86);
                }});
+  // Nemotron-3-Nano's Mamba norm (groups of 512: four held columns a thread), and a group past
+  // the held columns.
+  v.push_back({"gated_rmsnorm BF16 C=4096 group=512 gate_first", [](Backend& g, Backend& c) {
+                 return gated_rmsnorm_gate(real_gated_rmsnorm(), g, c, DType::BF16, 4096, 512, false, 186);
+               }});
+  v.push_back({"gated_rmsnorm F32 C=1400 group=700 norm_first", [](Backend& g, Backend& c) {
+                 return gated_rmsnorm_gate(real_gated_rmsnorm(), g, c, DType::F32, 1400, 700, true, 187);
+               }});
   v.push_back({"copy", [](Backend& g, Backend& c) { return copy_gate(real_copy(), g, c, 87); }});
   v.push_back({"conv1d_causal C=37 K=4 F32 bias silu", [](Backend& g, Backend& c) {
                  return conv_gate(real_conv(), g, c, 37, 4, DType::F32, true, true, kSmallSeqs, 88);

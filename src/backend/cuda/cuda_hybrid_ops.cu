@@ -44,28 +44,64 @@ __global__ void mul_sigmoid_rows_kernel(float* y, int64_t cols, const float* g, 
   if (i < n) y[i] = y[i] * sigmoid_f(g[i / cols]);
 }
 
+constexpr int kGatedCache = 4;  // columns a thread holds across the barrier: a group of up to 512
+
 // Block per (row, group): thread t sums squares of columns t (mod 128) in order, then the fixed
 // halving tree. norm_first: x / rms(x) * g * silu(z); else u = x silu(z), u / rms(u) * g.
-__global__ void gated_rmsnorm_kernel(const float* x, int64_t cols, const float* z, int64_t ldz,
-                                     const float* g, int group, float eps, bool norm_first, float* y) {
-  grid_wait();
-  grid_launch_next();
+// kCache: the thread's first kGatedCache columns load at once (g before the wait, as a weight) and
+// stay in registers across the barrier, where each column's loads were a chain; the same
+// arithmetic, so the same bits.
+template <bool kCache>
+__global__ void __launch_bounds__(kNormThreads)
+    gated_rmsnorm_kernel(const float* x, int64_t cols, const float* z, int64_t ldz, const float* g,
+                         int group, float eps, bool norm_first, float* y) {
+  constexpr int kHeld = kCache ? kGatedCache : 0;
   __shared__ float sh[kNormThreads];
   const int64_t r = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * group;
+  const int t = threadIdx.x;
+  float gv[kGatedCache], xv[kGatedCache], sv[kGatedCache];
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) gv[k] = t + k * kNormThreads < group ? g[c0 + t + k * kNormThreads] : 0.0f;
+  grid_wait();
+  grid_launch_next();
   const float* xr = x + r * cols + c0;
   const float* zr = z + r * ldz + c0;
   float* yr = y + r * cols + c0;
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int i = t + k * kNormThreads;
+    xv[k] = i < group ? xr[i] : 0.0f;
+    sv[k] = i < group ? act_value(0, zr[i]) : 0.0f;
+  }
   float s = 0.0f;
-  for (int i = threadIdx.x; i < group; i += kNormThreads) {
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    if (t + k * kNormThreads >= group) break;
+    const float u = norm_first ? xv[k] : xv[k] * sv[k];
+    s = __fadd_rn(s, __fmul_rn(u, u));
+  }
+  for (int i = t + kHeld * kNormThreads; i < group; i += kNormThreads) {
     const float u = norm_first ? xr[i] : xr[i] * act_value(0, zr[i]);
     s = __fadd_rn(s, __fmul_rn(u, u));
   }
   s = block_sum<kNormThreads>(s, sh);
   const float inv = 1.0f / sqrtf(s / static_cast<float>(group) + eps);
-  for (int i = threadIdx.x; i < group; i += kNormThreads) {
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int i = t + k * kNormThreads;
+    if (i < group) yr[i] = norm_first ? ((xv[k] * inv) * gv[k]) * sv[k] : ((xv[k] * sv[k]) * inv) * gv[k];
+  }
+  for (int i = t + kHeld * kNormThreads; i < group; i += kNormThreads) {
     const float sz = act_value(0, zr[i]);
     yr[i] = norm_first ? ((xr[i] * inv) * g[c0 + i]) * sz : ((xr[i] * sz) * inv) * g[c0 + i];
   }
+}
+
+// Whether gated_rmsnorm holds a thread's first columns in registers (TF_CUDA_GATED_CACHE=0: the
+// column-by-column loops, for side-by-side timing; the same bits).
+bool gated_cache() {
+  static const bool on = !env_zero("TF_CUDA_GATED_CACHE");
+  return on;
 }
 
 // Ranks a before b: larger value first, NaN as lowest, ties to the lower index.
@@ -127,7 +163,7 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
   const int64_t groups = x.cols / group;
   TF_CHECK(x.rows <= 0x7fffffff && groups <= 65535, "gated_rmsnorm: ", x.rows, " rows of ", groups,
            " groups");
-  launch_kernel(gated_rmsnorm_kernel,
+  launch_kernel(gated_cache() ? gated_rmsnorm_kernel<true> : gated_rmsnorm_kernel<false>,
                 dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)), kNormThreads, 0,
                 x.data, x.cols, z.at(0), z.t.cols, g, group, eps, norm_first, y.data);
   check_launch("gated_rmsnorm");
