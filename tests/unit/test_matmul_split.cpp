@@ -9,11 +9,9 @@ namespace tf::cuda::mm {
 namespace {
 constexpr int64_t kTarget = 4 * 132, kUnit = 256;
 
-int64_t slices(int64_t K, int64_t ks) { return (K + ks - 1) / ks; }
-
 // The model slice_len_by_cost minimizes: waves of kTarget blocks, each its slice plus a unit.
 int64_t cost(int64_t K, int64_t tiles, int64_t ks) {
-  return (tiles * slices(K, ks) + kTarget - 1) / kTarget * (ks + kUnit);
+  return (tiles * slice_count(K, ks) + kTarget - 1) / kTarget * (ks + kUnit);
 }
 }  // namespace
 
@@ -45,7 +43,7 @@ TEST(MatmulSplit, SlicesAreWholeUnitsAndTheCostModelNeverLoses) {
       for (const int64_t ks : {slice_len_by_count(K, tiles, kTarget, kUnit),
                                slice_len_by_cost(K, tiles, kTarget, kUnit)}) {
         ASSERT_TRUE(ks == K || (ks < K && ks % kUnit == 0)) << K << " " << tiles << " " << ks;
-        ASSERT_LE(slices(K, ks), 64) << K << " " << tiles;
+        ASSERT_LE(slice_count(K, ks), 64) << K << " " << tiles;
       }
       ASSERT_LE(cost(K, tiles, slice_len_by_cost(K, tiles, kTarget, kUnit)),
                 cost(K, tiles, slice_len_by_count(K, tiles, kTarget, kUnit)))
@@ -90,7 +88,7 @@ bool grouped_folds(int64_t K, int64_t N, int tables, int64_t E, int64_t k, int64
   const int64_t cols = blocks1 > kTarget ? 64 : 32;
   const int64_t folded = (N + cols - 1) / cols * tables * max_items;
   const int64_t ks = slice_len_by_cost(K, (N + 31) / 32, kTarget, kUnit);
-  return slices(K, ks) > 1 && folded >= kTarget / 2 &&
+  return slice_count(K, ks) > 1 && folded >= kTarget / 2 &&
          !slice_blocks_take(blocks1, folded, K, ks, kTarget, 256, 24 * kTarget);
 }
 }  // namespace

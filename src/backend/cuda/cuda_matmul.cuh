@@ -127,7 +127,7 @@ inline SplitArgs split_for(int64_t K, int64_t N) {
                    : slice_len_by_count(K, tiles, kTargetBlocks, kSliceUnit);
   });
   if (ks >= K) return {K, 1, nullptr, nullptr, false};
-  return {ks, static_cast<int>((K + ks - 1) / ks), nullptr, nullptr, false};
+  return {ks, static_cast<int>(slice_count(K, ks)), nullptr, nullptr, false};
 }
 
 // The k range [kbeg, kend) a tile kernel's block covers: slice z (blockIdx.z unless the kernel

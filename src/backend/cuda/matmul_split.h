@@ -6,6 +6,9 @@
 
 namespace tf::cuda::mm {
 
+// How many slices of length ks cover K.
+inline int64_t slice_count(int64_t K, int64_t ks) { return (K + ks - 1) / ks; }
+
 // The length of `want` slices of K, rounded up to a multiple of `unit`; K itself for one slice.
 inline int64_t slice_len(int64_t K, int64_t want, int64_t unit) {
   return std::min(K, ((K + want - 1) / want + unit - 1) / unit * unit);
@@ -23,8 +26,7 @@ inline int64_t slice_len_by_cost(int64_t K, int64_t tiles, int64_t target, int64
   int64_t best = K, best_cost = -1;
   for (int64_t want = 1; want <= 64; ++want) {
     const int64_t ks = slice_len(K, want, unit);
-    const int64_t s = (K + ks - 1) / ks;
-    const int64_t cost = (tiles * s + target - 1) / target * (ks + unit);
+    const int64_t cost = (tiles * slice_count(K, ks) + target - 1) / target * (ks + unit);
     if (best_cost < 0 || cost < best_cost || (cost == best_cost && ks > best)) best = ks, best_cost = cost;
   }
   return best;
@@ -36,8 +38,7 @@ inline int64_t slice_len_by_cost(int64_t K, int64_t tiles, int64_t target, int64
 // the slice count stay within `cap` blocks.
 inline bool slice_blocks_take(int64_t blocks1, int64_t folded, int64_t K, int64_t ks, int64_t target,
                               int64_t step, int64_t cap) {
-  const int64_t s = (K + ks - 1) / ks;
-  return cap > 0 && blocks1 > target && ks < K && ks >= 2 * step && folded * s <= cap;
+  return cap > 0 && blocks1 > target && ks < K && ks >= 2 * step && folded * slice_count(K, ks) <= cap;
 }
 
 // The last few slice lengths by (K, N), so a launch finds its split without rerunning the cost
