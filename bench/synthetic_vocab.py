@@ -5,11 +5,15 @@ library only).
 "gpt2" byte-level BPE of vocab_size ids: ids 0..127 are the ASCII bytes, id 128 is two spaces (the
 one merge), every other id is the text "[id]". Every token decodes to non-empty ASCII text (no byte
 of a multi-byte character that a server would hold back), so one streamed chunk is one token.
-bench/hf_to_gguf_llama.py writes the same vocabulary into the GGUF it makes for llama.cpp.
+bench/hf_to_gguf_llama.py writes the same vocabulary into the GGUF it makes for llama.cpp, and
+scripts/make_random_model.py into every folder it makes.
 
     python3 bench/synthetic_vocab.py FOLDER     # writes FOLDER/tokenizer.json for its config.json
 
-The folder's tokenizer.json is left alone when it exists.
+Beside it goes a tokenizer_config.json naming the tokens at config.json's first bos_token_id and
+eos_token_id as bos and eos (plain tokens such as "[128001]"), with no BOS added to a prompt, as
+in the GGUF. The folder's tokenizer.json is left alone when it exists, and so is its
+tokenizer_config.json.
 """
 import argparse
 import json
@@ -50,8 +54,30 @@ def hf_tokenizer_json(tokens, merges):
                       "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
 
 
+def first_id(v):
+    return v[0] if isinstance(v, list) and v else v
+
+
+def tokenizer_config(cfg, tokens):
+    """tokenizer_config.json for a model config: bos and eos where its ids fall in the vocabulary."""
+    out = {"add_bos_token": False, "add_eos_token": False}
+    for key in ("bos", "eos"):
+        i = first_id(cfg.get(f"{key}_token_id"))
+        if isinstance(i, int) and 0 <= i < len(tokens):
+            out[f"{key}_token"] = tokens[i]
+    return out
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
 def write_tokenizer(folder):
-    """Writes folder/tokenizer.json for its config.json's vocab_size unless one exists; returns its path."""
+    """Writes folder/tokenizer.json for its config.json's vocab_size, and tokenizer_config.json, unless
+    tokenizer.json exists; returns its path."""
     tj = os.path.join(folder, "tokenizer.json")
     if os.path.exists(tj):
         return tj
@@ -61,10 +87,11 @@ def write_tokenizer(folder):
     if not isinstance(vocab, int):
         raise ValueError(f"{folder}/config.json has no integer vocab_size")
     tokens, merges = synthetic_vocab(vocab)
-    tmp = tj + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(hf_tokenizer_json(tokens, merges), f, ensure_ascii=False)
-    os.replace(tmp, tj)
+    tc = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.exists(tc):
+        write_json(tc, tokenizer_config({**cfg.get("text_config", {}), **cfg}, tokens))
+    # tokenizer.json last: its presence is what marks the folder done.
+    write_json(tj, hf_tokenizer_json(tokens, merges))
     return tj
 
 

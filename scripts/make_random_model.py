@@ -8,12 +8,17 @@ Shapes: llama3.1-8b, llama3.2-1b, qwen3-30b-a3b, nemotron-3-nano-30b-a3b, qwen3-
 the card whole. --sparse writes random values only into norms, embeddings and routers and leaves
 every other tensor a hole of zeros in a sparse file, so a full-size model takes almost no disk
 while a speed test still reads every byte (routing still varies with the token). Uses torch when
-present (fast), else numpy.
+present (fast), else numpy. The folder also gets bench/synthetic_vocab.py's byte-level BPE
+tokenizer of the shape's vocab_size (a tokenizer.json already there is kept), so it can be served.
 """
 import argparse
 import json
 import os
 import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from synthetic_vocab import write_tokenizer  # noqa: E402
 
 SHAPES = {
     "llama3.1-8b": dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096,
@@ -202,6 +207,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(dict(cfg, torch_dtype="bfloat16"), f, indent=2)
+    had_tokenizer = os.path.exists(os.path.join(args.out, "tokenizer.json"))
+    write_tokenizer(args.out)
     shapes = list(tensor_shapes(cfg))
     header, off = {}, 0
     for name, shape in shapes:
@@ -245,7 +252,8 @@ def main():
                 f.seek(header[name]["data_offsets"][1] - header[name]["data_offsets"][0], os.SEEK_CUR)
         f.truncate(8 + len(h) + off)
     kind = "sparse " if args.sparse else ""
-    print(f"{args.shape}: {len(shapes)} tensors, {off / 1e9:.2f} GB {kind}in {args.out}")
+    tok = "its own tokenizer.json kept" if had_tokenizer else "synthetic tokenizer"
+    print(f"{args.shape}: {len(shapes)} tensors, {off / 1e9:.2f} GB {kind}in {args.out}, {tok}")
 
 
 if __name__ == "__main__":
