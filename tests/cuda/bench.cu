@@ -153,6 +153,41 @@ void run_bench_attention(Backend& gpu) {
   bench_attention(gpu, 4096, 4096, false, 5);
 }
 
+// Sampling rows of Qwen3's 151,936 logits, 1 and 64 at once: greedy and each filter, on random
+// logits in [-3, 3] and on flat rows (every weight 1, as random-weight models give).
+void run_bench_sample(Backend& gpu) {
+  std::mt19937 rng(9);
+  const int64_t V = 151936, rows = 64;
+  Tensor lg = gpu.alloc(rows, V);
+  std::vector<int32_t> ids(rows);
+  struct Kind {
+    const char* name;
+    float t, p;
+    int k;
+  };
+  const Kind kinds[] = {{"greedy", 0.0f, 1.0f, 0}, {"T 0.7 top_p 0.95", 0.7f, 0.95f, 0},
+                        {"T 0.7 top_k 40", 0.7f, 1.0f, 40}, {"T 0.7 top_k 40 top_p 0.95", 0.7f, 0.95f, 40},
+                        {"T 1.0", 1.0f, 1.0f, 0}};
+  for (bool flat : {false, true}) {
+    auto xs = flat ? std::vector<float>(static_cast<size_t>(rows * V), 0.0f)
+                   : random_floats(rng, static_cast<size_t>(rows * V), -3.f, 3.f);
+    gpu.from_host(xs.data(), lg);
+    for (const Kind& k : kinds)
+      for (int64_t m : {int64_t{1}, rows}) {
+        std::vector<SampleSpec> specs(static_cast<size_t>(m));
+        for (int64_t r = 0; r < m; ++r) {
+          SampleSpec& s = specs[static_cast<size_t>(r)];
+          s.row = static_cast<int32_t>(r), s.temperature = k.t, s.top_p = k.p, s.top_k = k.k;
+          s.position = static_cast<uint64_t>(r);
+        }
+        const float ms = time_ms([&] { gpu.sample_rows(lg, specs, {}, ids.data()); }, 5);
+        std::printf("BENCH sample_rows %lld x %lld %s logits, %s: %.3f ms\n", static_cast<long long>(m),
+                    static_cast<long long>(V), flat ? "flat" : "random", k.name, ms);
+      }
+  }
+  gpu.free(lg);
+}
+
 void run_bench(Backend& gpu) {
   {
     const size_t bytes = size_t{2} << 30;
@@ -176,28 +211,7 @@ void run_bench(Backend& gpu) {
   for (const MatmulShape& s : kMany) bench_matmul(gpu, s.dt, s.M, s.K, s.N, s.iters);
   run_bench_few(gpu);
   run_bench_attention(gpu);
-  // Sampling 64 rows of Llama-3.1-8B's 128,256 logits: greedy, and temperature with top-p.
-  {
-    std::mt19937 rng(9);
-    const int64_t V = 128256, rows = 64;
-    Tensor lg = gpu.alloc(rows, V);
-    auto xs = random_floats(rng, static_cast<size_t>(rows * V), -3.f, 3.f);
-    gpu.from_host(xs.data(), lg);
-    std::vector<int32_t> ids(rows);
-    for (float top_p : {1.0f, 0.95f}) {
-      std::vector<SampleSpec> specs(rows);
-      for (int64_t r = 0; r < rows; ++r) {
-        specs[static_cast<size_t>(r)].row = static_cast<int32_t>(r);
-        specs[static_cast<size_t>(r)].temperature = top_p < 1.0f ? 0.7f : 0.0f;
-        specs[static_cast<size_t>(r)].top_p = top_p;
-        specs[static_cast<size_t>(r)].position = static_cast<uint64_t>(r);
-      }
-      const float ms = time_ms([&] { gpu.sample_rows(lg, specs, {}, ids.data()); }, 5);
-      std::printf("BENCH sample_rows 64 x %lld logits, %s: %.3f ms\n", static_cast<long long>(V),
-                  top_p < 1.0f ? "T 0.7 top_p 0.95" : "greedy", ms);
-    }
-    gpu.free(lg);
-  }
+  run_bench_sample(gpu);
   // Row ops at decode and prefill sizes (Llama-3.1-8B widths).
   {
     std::mt19937 rng(7);

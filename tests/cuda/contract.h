@@ -124,6 +124,7 @@ SampleFn control_sample_without_penalties();
 void run_bench(Backend& gpu);
 void run_bench_moe(Backend& gpu);  // the MoE layer timings of run_bench alone
 void run_bench_few(Backend& gpu);  // run_bench's decode (few-row) matmuls and MoE layers alone
+void run_bench_sample(Backend& gpu);  // run_bench's sampling: 1 and 64 rows, greedy and each filter
 void run_bench_attention(Backend& gpu);  // run_bench's attention timings alone
 void run_bench_launch(Backend& gpu);  // what a launch costs in a chain of dependent kernels
 

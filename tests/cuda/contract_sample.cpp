@@ -18,19 +18,24 @@ SampleFn real_sample() {
 }
 std::string sample_gate(const SampleFn& f, Backend& gpu, Backend& cpu, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
-  const int64_t M = 42;
+  const int64_t M = 54;
   auto ls = random_floats(rng, static_cast<size_t>(M * n), -3.f, 3.f);
   auto at = [&](int64_t r, int64_t c) -> float& { return ls[static_cast<size_t>(r * n + c)]; };
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
   std::uniform_int_distribution<int64_t> col(0, n - 1);
   for (int64_t r = 0; r < M; ++r) {
-    switch (r % 7) {
+    switch (r % 9) {
       case 0: at(r, col(rng)) = at(r, col(rng)) = at(r, col(rng)) = 9.f; break;  // a tie, lowest id wins
       case 1: at(r, 0) = nan; break;                                                // NaN first
       case 2: at(r, col(rng)) = nan, at(r, col(rng)) = 8.f; break;                  // NaN skipped
       case 3: std::fill_n(ls.begin() + r * n, n, -inf); break;                      // nothing finite
       case 4: std::fill_n(ls.begin() + r * n, n, -1.f), at(r, col(rng)) = 0.f, at(r, col(rng)) = -0.f; break;
       case 5: at(r, n - 1) = inf, at(r, col(rng)) = inf; break;
+      case 7: std::fill_n(ls.begin() + r * n, n, 0.25f); break;  // flat: every weight 1, one bucket
+      case 8:  // a few far ahead over levels of ties, as a trained model's rows look
+        for (int64_t c = 0; c < n; ++c) at(r, c) = std::round(at(r, c) * 2.0f) / 2.0f;
+        for (int k = 0; k < 4; ++k) at(r, col(rng)) = 10.0f + static_cast<float>(k % 2);
+        break;
       default: break;
     }
   }

@@ -1,6 +1,6 @@
 // tf_kernel_contract: every CUDA kernel against the cpu backend, its batch invariance, and
 // planted faults that the same gates must catch. Exits 0 with a message when there is no GPU.
-//   tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch | --bench-attention] [--filter SUBSTRING]
+//   tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch | --bench-attention | --bench-sample] [--filter SUBSTRING]
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -434,7 +434,8 @@ std::vector<Case> controls(MatmulInput mi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool bench = false, bench_few = false, bench_moe = false, bench_launch = false, bench_attn = false;
+  bool bench = false, bench_few = false, bench_moe = false, bench_launch = false, bench_attn = false,
+       bench_sample = false;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a run cut short by a timeout
   std::string filter;  // --filter S: only the kernel cases whose names contain S, no controls
   MatmulInput mi = MatmulInput::F32;  // --matmul-input bf16: both backends round x into matmuls
@@ -444,12 +445,13 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--bench-few") == 0) bench_few = true;
     else if (std::strcmp(argv[i], "--bench-launch") == 0) bench_launch = true;
     else if (std::strcmp(argv[i], "--bench-attention") == 0) bench_attn = true;
+    else if (std::strcmp(argv[i], "--bench-sample") == 0) bench_sample = true;
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else if (std::strcmp(argv[i], "--matmul-input") == 0 && i + 1 < argc &&
              (std::strcmp(argv[i + 1], "f32") == 0 || std::strcmp(argv[i + 1], "bf16") == 0))
       mi = parse_matmul_input(argv[++i]);
     else {
-      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch | --bench-attention] [--filter SUBSTRING] [--matmul-input f32|bf16]\n");
+      std::printf("usage: tf_kernel_contract [--bench | --bench-few | --bench-moe | --bench-launch | --bench-attention | --bench-sample] [--filter SUBSTRING] [--matmul-input f32|bf16]\n");
       return 2;
     }
   }
@@ -491,6 +493,7 @@ int main(int argc, char** argv) {
     else if (bench_few) run_bench_few(*gpu);
     else if (bench_moe) run_bench_moe(*gpu);
     else if (bench_launch) run_bench_launch(*gpu);
+    else if (bench_sample) run_bench_sample(*gpu);
     return passed == static_cast<int>(ks.size()) && caught == static_cast<int>(cs.size()) ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());

@@ -2,7 +2,9 @@
 // the cpu's sample_row and never depend on the other rows.
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -14,20 +16,40 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kSampleThreads = 512, kSampleWarps = kSampleThreads / 32;
+constexpr int kUnroll = 4;              // logits (or chunks) a thread loads before it uses any
+constexpr int kNucleusBuckets = 1024;   // the top_p bracket: three levels of 10 bits over [0, 1.0]'s 30
+constexpr uint32_t kOne = 0x3f800000u;  // 1.0f: weights lie in [0, 1]
+
+// Calls f(i0) once a round of a pass over n ids, the rounds the same for a whole warp: the thread
+// takes ids i0 + u * kSampleThreads (u < kUnroll) and checks each against n itself.
+template <class F>
+__device__ __forceinline__ void for_rounds(int64_t n, F f) {
+  const int64_t w0 = threadIdx.x - threadIdx.x % 32;
+  for (int64_t r = w0; r < n; r += kUnroll * kSampleThreads) f(r + threadIdx.x % 32);
+}
 
 // (v, i) beats (bv, bi) when larger, or equal with a lower id; NaN never beats anything.
 __device__ __forceinline__ bool argmax_beats(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-// base/argmax.h's rule over one row, by the whole block; every thread gets the id.
+// base/argmax.h's rule over one row, by the whole block; every thread gets the id. The rule is a
+// total order, so the order the block visits ids in does not change the winner.
 __device__ int block_argmax(const float* row, int64_t cols) {
   __shared__ float sv[kSampleWarps];
   __shared__ int si[kSampleWarps];
   float bv = -INFINITY;
   int bi = INT_MAX;
-  for (int64_t c = threadIdx.x; c < cols; c += kSampleThreads)
-    if (argmax_beats(row[c], static_cast<int>(c), bv, bi)) bv = row[c], bi = static_cast<int>(c);
+  for_rounds(cols, [&](int64_t i0) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = static_cast<int>(i0 + u * kSampleThreads);
+      if (i < cols && argmax_beats(v[u], i, bv, bi)) bv = v[u], bi = i;
+    }
+  });
   for (int off = 16; off > 0; off >>= 1) {
     const float v = __shfl_xor_sync(0xffffffffu, bv, off);
     const int i = __shfl_xor_sync(0xffffffffu, bi, off);
@@ -42,20 +64,30 @@ __device__ int block_argmax(const float* row, int64_t cols) {
   return isnan(row[0]) || bi == INT_MAX ? 0 : bi;
 }
 
-// Largest non-NaN value of the row (order-free), by the whole block.
-__device__ float block_max(const float* row, int64_t cols) {
+// Largest non-NaN value of the row (order-free) and how many logits are not NaN, by the whole block.
+__device__ float block_max_count(const float* row, int64_t cols, int64_t& valid) {
   __shared__ float sm[kSampleWarps];
+  __shared__ long long sc[kSampleWarps];
   float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < cols; c += kSampleThreads) m = row[c] > m ? row[c] : m;
+  long long n = 0;
+  for_rounds(cols, [&](int64_t i0) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) m = v[u] > m ? v[u] : m, n += v[u] == v[u];
+  });
   for (int off = 16; off > 0; off >>= 1) {
     const float v = __shfl_xor_sync(0xffffffffu, m, off);
     m = v > m ? v : m;
+    n += __shfl_xor_sync(0xffffffffu, n, off);
   }
-  if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = m;
+  if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = m, sc[threadIdx.x / 32] = n;
   __syncthreads();
-  m = sm[0];
-  for (int w = 1; w < kSampleWarps; ++w) m = sm[w] > m ? sm[w] : m;
+  m = sm[0], n = 0;
+  for (int w = 0; w < kSampleWarps; ++w) m = sm[w] > m ? sm[w] : m, n += sc[w];
   __syncthreads();
+  valid = n;
   return m;
 }
 
@@ -63,7 +95,13 @@ __device__ float block_max(const float* row, int64_t cols) {
 __device__ int64_t block_count_keys(const float* row, int64_t cols, uint32_t t) {
   __shared__ long long sc[kSampleWarps];
   long long n = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += kSampleThreads) n += row[c] == row[c] && sample_key(row[c]) >= t;
+  for_rounds(cols, [&](int64_t i0) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) n += v[u] == v[u] && sample_key(v[u]) >= t;
+  });
   for (int off = 16; off > 0; off >>= 1) n += __shfl_xor_sync(0xffffffffu, n, off);
   if (threadIdx.x % 32 == 0) sc[threadIdx.x / 32] = n;
   __syncthreads();
@@ -73,38 +111,131 @@ __device__ int64_t block_count_keys(const float* row, int64_t cols, uint32_t t) 
   return n;
 }
 
-// A row's weights, computed once into e (global scratch: every pass of the threshold search reads
-// them back from L2 instead of recomputing them).
+// Counts one for each lane into its counter b of the block's shared counts, with one add of 32
+// where the warp's lanes all hold one counter (a flat row would queue every lane on one address);
+// b == kNone counts nothing. Every lane of the warp calls.
+constexpr unsigned kNone = 0xffffffffu;
+__device__ __forceinline__ void count_add(unsigned* hist, unsigned b) {
+  const unsigned b0 = __shfl_sync(0xffffffffu, b, 0);
+  if (__all_sync(0xffffffffu, b == b0)) {
+    if (b0 != kNone && threadIdx.x % 32 == 0) atomicAdd(&hist[b0], 32u);
+  } else if (b != kNone) {
+    atomicAdd(&hist[b], 1u);
+  }
+}
+
+// The highest bucket of counts[0, n) (n = 16 * kSampleThreads at most, a multiple of 512) where the
+// counts from it up reach k; *rest gets k less the counts above it. The whole block calls; part
+// (kSampleThreads words) holds each thread's partial sums.
+__device__ int block_walk_counts(const unsigned* counts, int n, long long k, unsigned* part, long long* rest) {
+  __shared__ int s_at;
+  __shared__ long long s_rest;
+  const int per = n / kSampleThreads, t = threadIdx.x;
+  unsigned own = 0;
+  for (int i = 0; i < per; ++i) own += counts[t * per + i];
+  part[t] = own;
+  __syncthreads();
+  if (t < 32) {
+    // Lane l sums threads 16 l .. 16 l + 15; the lanes above the one that reaches k hold less than k.
+    constexpr int kPerLane = kSampleThreads / 32;
+    long long lane_sum = 0;
+    for (int i = 0; i < kPerLane; ++i) lane_sum += part[t * kPerLane + i];
+    long long suf = lane_sum;
+    for (int off = 1; off < 32; off <<= 1) {
+      const long long o = __shfl_down_sync(0xffffffffu, suf, off);
+      if (t + off < 32) suf += o;
+    }
+    const unsigned reach = __ballot_sync(0xffffffffu, suf >= k);
+    const int top = reach ? 31 - __clz(reach) : 0;
+    if (t == top) {
+      long long cum = suf - lane_sum;
+      int at = top * kPerLane * per;
+      for (int th = kPerLane - 1; th >= 0; --th) {
+        const int tt = top * kPerLane + th;
+        if (cum + part[tt] >= k || th == 0) {
+          for (int i = per - 1; i >= 0; --i) {
+            const unsigned h = counts[tt * per + i];
+            if (cum + h >= k || i == 0) {
+              at = tt * per + i;
+              break;
+            }
+            cum += h;
+          }
+          break;
+        }
+        cum += part[tt];
+      }
+      s_at = at, s_rest = k - cum;
+    }
+  }
+  __syncthreads();
+  const int at = s_at;
+  *rest = s_rest;
+  __syncthreads();
+  return at;
+}
+
+// The k-th largest key of the row's non-NaN logits (1 <= k <= their count): the largest t that at
+// least k keys reach, exactly. Three passes, each counting the keys under the bits found so far by
+// their next 12, 12 and 8 (the first 12 spread a row's few exponents over many counters); counts
+// (4,096 words) and part (kSampleThreads words) are the block's scratch.
+__device__ uint32_t block_kth_key(const float* row, int64_t cols, int64_t k, unsigned* counts, unsigned* part) {
+  constexpr int kWidth[3] = {12, 12, 8};
+  uint32_t prefix = 0, mask = 0;
+  int shift = 32;
+  for (int level = 0; level < 3; ++level) {
+    shift -= kWidth[level];
+    const int n = 1 << kWidth[level], nb = n < kSampleThreads ? kSampleThreads : n;
+    for (int b = threadIdx.x; b < nb; b += kSampleThreads) counts[b] = 0;
+    __syncthreads();
+    for_rounds(cols, [&](int64_t i0) {
+      float v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t key = v[u] == v[u] ? sample_key(v[u]) : 0u;  // NaN (and ids past the row) key 0: below every key
+        const bool in = key != 0u && (key & mask) == prefix;
+        count_add(counts, in ? (key >> shift) & static_cast<uint32_t>(n - 1) : kNone);
+      }
+    });
+    __syncthreads();
+    long long rest = 0;
+    const int at = block_walk_counts(counts, nb, k, part, &rest);
+    prefix |= static_cast<uint32_t>(at) << shift;
+    mask |= static_cast<uint32_t>(n - 1) << shift;
+    k = rest;
+  }
+  return prefix;
+}
+
+// A row's weights, computed once into e (global scratch: every later pass reads them back from L2
+// instead of recomputing them).
 struct RowRule {
   const float* w;
   float* e;
   int64_t V;
   float m, inv_t;
   uint32_t tk;
-  __device__ void fill() const {
-    for (int64_t i = threadIdx.x; i < V; i += kSampleThreads) e[i] = sample_weight(w[i], m, inv_t, tk);
-    __syncthreads();
-  }
   __device__ float weight(int64_t i) const { return e[i]; }
 };
 
-// The canonical sum of the weights >= th (sampling.h): chunk sums left in cs, the total returned.
-__device__ double canonical_sum(const RowRule& r, float th, double* cs, double* tree) {
-  const int n = static_cast<int>((r.V + kSampleChunk - 1) / kSampleChunk);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int c = warp; c < n; c += kSampleWarps) {
-    double acc = 0.0;
-#pragma unroll
-    for (int j = 0; j < kSampleChunk / 32; ++j) {
-      const int64_t i = static_cast<int64_t>(c) * kSampleChunk + j * 32 + lane;
-      if (i < r.V) {
-        const float v = r.weight(i);
-        if (v >= th) acc += static_cast<double>(v);
-      }
-    }
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) cs[c] = acc;
+// Adds v to bucket b of a histogram of approximate sums: once for the whole warp where its lanes
+// all hold one bucket; b == kNone adds nothing. Every lane of the warp calls.
+__device__ __forceinline__ void hist_add(double* hist, unsigned b, float v) {
+  const unsigned b0 = __shfl_sync(0xffffffffu, b, 0);
+  if (__all_sync(0xffffffffu, b == b0)) {
+    if (b0 == kNone) return;
+    double t = v;
+    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+    if (threadIdx.x % 32 == 0) atomicAdd(&hist[b0], t);
+  } else if (b != kNone) {
+    atomicAdd(&hist[b], static_cast<double>(v));
   }
+}
+
+// The pairwise tree over the n chunk sums in cs (sampling.h), in tree's space; cs is kept.
+__device__ double tree_total(const double* cs, double* tree, int n) {
   int p = 1;
   while (p < n) p *= 2;
   __syncthreads();
@@ -119,12 +250,162 @@ __device__ double canonical_sum(const RowRule& r, float th, double* cs, double* 
   return total;
 }
 
+// The canonical sum of the weights >= th (sampling.h): chunk sums left in cs, the total returned.
+// A warp takes kUnroll of its chunks at once; each chunk's adds keep the rule's order. With fill,
+// the weights are first computed from the logits and stored (their sum is then the one at th 0),
+// and with hist each positive weight also adds to bucket bits >> 20 (the bracket's first level).
+template <bool kFill>
+__device__ double canonical_sum(const RowRule& r, float th, double* cs, double* tree, double* hist = nullptr) {
+  const int n = static_cast<int>((r.V + kSampleChunk - 1) / kSampleChunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int J = kSampleChunk / 32;
+  for (int c0 = warp; c0 < n; c0 += kUnroll * kSampleWarps) {
+    float v[kUnroll][J];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int64_t i = static_cast<int64_t>(c0 + u * kSampleWarps) * kSampleChunk + j * 32 + lane;
+        v[u][j] = 0.0f;
+        if (i < r.V) v[u][j] = kFill ? sample_weight(r.w[i], r.m, r.inv_t, r.tk) : r.weight(i);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kSampleWarps;
+      if (c >= n) break;  // warp-uniform
+      double acc = 0.0;
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int64_t i = static_cast<int64_t>(c) * kSampleChunk + j * 32 + lane;
+        const bool live = i < r.V;
+        if (kFill && live) r.e[i] = v[u][j];
+        if (live && v[u][j] >= th) acc += static_cast<double>(v[u][j]);
+        if (kFill && hist) {
+          const uint32_t b = __float_as_uint(v[u][j]) >> 20;  // ids past the row hold 0
+          hist_add(hist, v[u][j] > 0.0f && b < kNucleusBuckets ? b : kNone, v[u][j]);
+        }
+      }
+      for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (lane == 0) cs[c] = acc;
+    }
+  }
+  return tree_total(cs, tree, n);
+}
+
+// The canonical test of the top_p search: S(t) >= target.
+__device__ bool nucleus_holds(const RowRule& r, uint32_t t, double target, double* cs, double* tree) {
+  return canonical_sum<false>(r, float_of_bits(t), cs, tree) >= target;
+}
+
+// The bracket's walk down one level of kNucleusBuckets approximate sums: the highest bucket where
+// `above` (the sum over higher levels' buckets above this one's range) plus the buckets from it up
+// reach target. Sets b and above and returns true; false when no bucket reaches it (then the
+// sums disagree with the target near a boundary, and the search runs bit by bit). Warp 0 calls.
+__device__ bool bracket_walk(const double* hist, double target, double& above, int& b) {
+  const int lane = threadIdx.x % 32;
+  constexpr int kPer = kNucleusBuckets / 32;
+  double own = 0.0;
+  for (int i = 0; i < kPer; ++i) own += hist[lane * kPer + i];
+  double suf = own;
+  for (int off = 1; off < 32; off <<= 1) {
+    const double o = __shfl_down_sync(0xffffffffu, suf, off);
+    if (lane + off < 32) suf += o;
+  }
+  const unsigned reach = __ballot_sync(0xffffffffu, above + suf >= target);
+  if (reach == 0u) return false;
+  const int top = 31 - __clz(reach);
+  int found = -1;
+  double next_above = 0.0;
+  if (lane == top) {
+    double cum = above + (suf - own);
+    for (int i = kPer - 1; i >= 0; --i) {
+      const double h = hist[lane * kPer + i];
+      if (cum + h >= target) {
+        found = lane * kPer + i, next_above = cum;
+        break;
+      }
+      cum += h;
+    }
+  }
+  found = __shfl_sync(0xffffffffu, found, top);
+  next_above = __shfl_sync(0xffffffffu, next_above, top);
+  if (found < 0) return false;
+  b = found, above = next_above;
+  return true;
+}
+
+// Sums of the positive weights whose bits lie in [lo, lo + (kNucleusBuckets << shift)) by bucket
+// (bits - lo) >> shift: one level of the bracket below the first.
+__device__ void bracket_level(const RowRule& r, uint32_t lo, int shift, double* hist) {
+  for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) hist[b] = 0.0;
+  __syncthreads();
+  const uint64_t span = static_cast<uint64_t>(kNucleusBuckets) << shift;
+  for_rounds(r.V, [&](int64_t i0) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < r.V ? r.weight(i0 + u * kSampleThreads) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t bits = __float_as_uint(v[u]);
+      const bool in = v[u] > 0.0f && bits >= lo && static_cast<uint64_t>(bits - lo) < span;
+      hist_add(hist, in ? (bits - lo) >> shift : kNone, v[u]);
+    }
+  });
+  __syncthreads();
+}
+
+// The top_p threshold's bits (sampling.h): the largest t with S(t) >= target. With bracket, three
+// levels of approximate sums by bits (the first already in hist) point at one t, which the
+// canonical sums confirm: S(t) reaches target and S(t + 1) does not, so by S's monotony t is the
+// answer; cs then holds S(t)'s chunks and *st its total. Else, or when that fails, the bit-by-bit
+// search; *st is then unset (negative).
+__device__ uint32_t nucleus_bits(const RowRule& r, double target, bool bracket, double* hist, double* cs,
+                                 double* tree, double* st) {
+  __shared__ int s_b;
+  __shared__ double s_above;
+  __shared__ bool s_ok;
+  *st = -1.0;
+  if (bracket) {
+    uint32_t lo = 0;
+    bool ok = true;
+    double above = 0.0;
+    for (int shift = 20; shift >= 0 && ok; shift -= 10) {
+      if (shift < 20) bracket_level(r, lo, shift, hist);
+      else __syncthreads();
+      if (threadIdx.x < 32) {
+        int b = 0;
+        const bool got = bracket_walk(hist, target, above, b);
+        if (threadIdx.x == 0) s_ok = got, s_b = b, s_above = above;
+      }
+      __syncthreads();
+      ok = s_ok, above = s_above;
+      lo += static_cast<uint32_t>(s_b) << shift;
+      __syncthreads();
+    }
+    if (ok && lo <= kOne && (lo == kOne || !nucleus_holds(r, lo + 1, target, cs, tree))) {
+      const double total = canonical_sum<false>(r, float_of_bits(lo), cs, tree);
+      if (total >= target) {
+        *st = total;
+        return lo;
+      }
+    }
+  }
+  uint32_t lo = 0, hi = kOne;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (nucleus_holds(r, mid, target, cs, tree)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* __restrict__ logits, int64_t V, const SampleSpec* __restrict__ specs,
-                  const PenaltyToken* __restrict__ pens, float* scratch, float* penalized_rows, int32_t* ids) {
+                  const PenaltyToken* __restrict__ pens, float* scratch, float* penalized_rows, int32_t* ids,
+                  bool bracket) {
   grid_wait();
   grid_launch_next();
-  __shared__ double cs[kSampleMaxChunks], tree[kSampleMaxChunks];
+  __shared__ double cs[kSampleMaxChunks], tree[kSampleMaxChunks], hist[kNucleusBuckets];
   const SampleSpec s = specs[blockIdx.x];
   const float* w = logits + static_cast<int64_t>(s.row) * V;
   if (s.pen_count > 0) {
@@ -145,77 +426,110 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (threadIdx.x == 0) ids[blockIdx.x] = id;
     return;
   }
-  const float m = block_max(w, V);
+  int64_t valid = 0;
+  const float m = block_max_count(w, V, valid);
   if (!isfinite(m)) {
     const int id = block_argmax(w, V);
     if (threadIdx.x == 0) ids[blockIdx.x] = id;
     return;
   }
   RowRule r{w, scratch + static_cast<int64_t>(blockIdx.x) * V, V, m, 1.0f / s.temperature, 0u};
-  if (s.top_k > 0 && s.top_k < V && block_count_keys(w, V, 0u) >= s.top_k) {
-    // The k-th largest key: the largest t that at least k keys reach.
-    uint32_t lo = 0, hi = 0xffffffffu;
-    while (lo < hi) {
-      const uint32_t mid = lo + (hi - lo) / 2 + (hi - lo) % 2;
-      if (block_count_keys(w, V, mid) >= s.top_k) lo = mid;
-      else hi = mid - 1;
+  if (s.top_k > 0 && s.top_k < V && valid >= s.top_k) {
+    if (bracket) {
+      r.tk = block_kth_key(w, V, s.top_k, reinterpret_cast<unsigned*>(tree), reinterpret_cast<unsigned*>(hist));
+    } else {
+      // The k-th largest key: the largest t that at least k keys reach.
+      uint32_t lo = 0, hi = 0xffffffffu;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2 + (hi - lo) % 2;
+        if (block_count_keys(w, V, mid) >= s.top_k) lo = mid;
+        else hi = mid - 1;
+      }
+      r.tk = lo;
     }
-    r.tk = lo;
   }
-  r.fill();
+  const bool nucleus = s.top_p < 1.0f;
+  if (nucleus && bracket)
+    for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) hist[b] = 0.0;
+  __syncthreads();
+  // The weights, their sum at 0 (and the bracket's first level).
+  double total = canonical_sum<true>(r, 0.0f, cs, tree, nucleus && bracket ? hist : nullptr);
   float th = 0.0f;
-  if (s.top_p < 1.0f) {
-    const double target = static_cast<double>(s.top_p) * canonical_sum(r, 0.0f, cs, tree);
-    uint32_t lo = 0, hi = 0x3f800000u;
-    while (lo < hi) {
-      const uint32_t mid = lo + (hi - lo + 1) / 2;
-      if (canonical_sum(r, float_of_bits(mid), cs, tree) >= target) lo = mid;
-      else hi = mid - 1;
-    }
-    th = float_of_bits(lo);
+  if (nucleus) {
+    double st = -1.0;
+    th = float_of_bits(nucleus_bits(r, static_cast<double>(s.top_p) * total, bracket, hist, cs, tree, &st));
+    total = st;  // cs holds S(th)'s chunks where the bracket held
   }
-  th = s.min_p > th ? s.min_p : th;
-  const double total = canonical_sum(r, th, cs, tree);
+  if (s.min_p > th || total < 0.0) {
+    th = s.min_p > th ? s.min_p : th;
+    total = canonical_sum<false>(r, th, cs, tree);
+  }
   if (!(total > 0.0)) {
     const int id = block_argmax(w, V);
     if (threadIdx.x == 0) ids[blockIdx.x] = id;
     return;
   }
-  if (threadIdx.x != 0) return;
-  // The walk is short (chunk sums, then one chunk): one thread, in sampling.h's order.
+  if (threadIdx.x >= 32) return;
+  // The walk, in sampling.h's order: every lane of warp 0 adds the chunk sums alike (they come
+  // from shared memory, eight loads ahead) up to the chunk u falls in, or the last that counts;
+  // the warp stages that chunk's weights, and lane 0 walks them.
+  const int lane = threadIdx.x;
   const double u = philox_uniform(s.seed, s.position) * total;
   const int n = static_cast<int>((V + kSampleChunk - 1) / kSampleChunk);
   double cum = 0.0;
-  int last = -1;
-  for (int c = 0; c < n; ++c) {
-    if (!(cs[c] > 0.0)) continue;
-    const int begin = c * kSampleChunk, end = static_cast<int>(min(V, static_cast<int64_t>(begin + kSampleChunk)));
-    if (u < cum + cs[c]) {
-      int in_chunk = -1;
-      for (int i = begin; i < end; ++i) {
-        const float v = r.weight(i);
-        if (!(v >= th && v > 0.0f)) continue;
-        in_chunk = i;
-        cum += static_cast<double>(v);
-        if (u < cum) {
-          ids[blockIdx.x] = i;
-          return;
-        }
-      }
-      ids[blockIdx.x] = in_chunk;
-      return;
-    }
-    cum += cs[c];
-    for (int i = end - 1; i >= begin; --i) {
-      const float v = r.weight(i);
-      if (v >= th && v > 0.0f) {
-        last = i;
-        break;
-      }
+  int chosen = -1, last = -1;
+  for (int c0 = 0; c0 < n && chosen < 0; c0 += 8) {
+    double cv[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) cv[q] = c0 + q < n ? cs[c0 + q] : 0.0;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      if (chosen >= 0 || !(cv[q] > 0.0)) continue;
+      last = c0 + q;
+      if (u < cum + cv[q]) chosen = c0 + q;
+      else cum += cv[q];
     }
   }
-  // Only rounding leaves u unreached: the last weight that counted (never -1: total > 0).
-  ids[blockIdx.x] = last;
+  // Only rounding leaves u unreached: then the last weight that counted (never absent: total > 0).
+  const int c = chosen >= 0 ? chosen : last;
+  float* staged = reinterpret_cast<float*>(hist);
+  const int begin = c * kSampleChunk, end = static_cast<int>(min(V, static_cast<int64_t>(begin + kSampleChunk)));
+  for (int i = begin + lane; i < end; i += 32) staged[i - begin] = r.weight(i);
+  __syncwarp();
+  if (lane != 0) return;
+  if (chosen >= 0) {
+    int in_chunk = -1;
+    for (int i = begin; i < end; ++i) {
+      const float v = staged[i - begin];
+      if (!(v >= th && v > 0.0f)) continue;
+      in_chunk = i;
+      cum += static_cast<double>(v);
+      if (u < cum) {
+        ids[blockIdx.x] = i;
+        return;
+      }
+    }
+    ids[blockIdx.x] = in_chunk;
+    return;
+  }
+  for (int i = end - 1; i >= begin; --i) {
+    const float v = staged[i - begin];
+    if (v >= th && v > 0.0f) {
+      ids[blockIdx.x] = i;
+      return;
+    }
+  }
+  ids[blockIdx.x] = -1;
+}
+
+// Whether sampling brackets its thresholds (TF_CUDA_SAMPLE_SEARCH=full: the rule's bit-by-bit
+// searches alone, for side-by-side timing; the same ids).
+bool sample_bracket() {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_SAMPLE_SEARCH");
+    return !(e && std::string(e) == "full");
+  }();
+  return on;
 }
 
 }  // namespace
@@ -251,7 +565,7 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
   auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
                            : nullptr;
   launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data,
-                logits.cols, d_specs, d_pens, scratch, rows, d_ids);
+                logits.cols, d_specs, d_pens, scratch, rows, d_ids, sample_bracket());
   check_launch("sample_rows");
   const WaitScope wait(*this);
   TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, specs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "sample_rows");
