@@ -28,6 +28,12 @@ __device__ __forceinline__ void for_rounds(int64_t n, F f) {
   for (int64_t r = w0; r < n; r += kUnroll * kSampleThreads) f(r + threadIdx.x % 32);
 }
 
+// The values of one round of for_rounds at i0: ids i0 + u * kSampleThreads, pad past n.
+__device__ __forceinline__ void load_round(float (&v)[kUnroll], const float* row, int64_t n, int64_t i0, float pad) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < n ? row[i0 + u * kSampleThreads] : pad;
+}
+
 // (v, i) beats (bv, bi) when larger, or equal with a lower id; NaN never beats anything.
 __device__ __forceinline__ bool argmax_beats(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
@@ -42,8 +48,7 @@ __device__ int block_argmax(const float* row, int64_t cols) {
   int bi = INT_MAX;
   for_rounds(cols, [&](int64_t i0) {
     float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+    load_round(v, row, cols, i0, NAN);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = static_cast<int>(i0 + u * kSampleThreads);
@@ -72,8 +77,7 @@ __device__ float block_max_count(const float* row, int64_t cols, int64_t& valid)
   long long n = 0;
   for_rounds(cols, [&](int64_t i0) {
     float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+    load_round(v, row, cols, i0, NAN);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) m = v[u] > m ? v[u] : m, n += v[u] == v[u];
   });
@@ -97,8 +101,7 @@ __device__ int64_t block_count_keys(const float* row, int64_t cols, uint32_t t) 
   long long n = 0;
   for_rounds(cols, [&](int64_t i0) {
     float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+    load_round(v, row, cols, i0, NAN);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) n += v[u] == v[u] && sample_key(v[u]) >= t;
   });
@@ -190,8 +193,7 @@ __device__ uint32_t block_kth_key(const float* row, int64_t cols, int64_t k, uns
     __syncthreads();
     for_rounds(cols, [&](int64_t i0) {
       float v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < cols ? row[i0 + u * kSampleThreads] : NAN;
+      load_round(v, row, cols, i0, NAN);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const uint32_t key = v[u] == v[u] ? sample_key(v[u]) : 0u;  // NaN (and ids past the row) key 0: below every key
@@ -342,8 +344,7 @@ __device__ void bracket_level(const RowRule& r, uint32_t lo, int shift, double* 
   const uint64_t span = static_cast<uint64_t>(kNucleusBuckets) << shift;
   for_rounds(r.V, [&](int64_t i0) {
     float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < r.V ? r.weight(i0 + u * kSampleThreads) : 0.0f;
+    load_round(v, r.e, r.V, i0, 0.0f);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t bits = __float_as_uint(v[u]);
