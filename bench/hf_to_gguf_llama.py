@@ -29,7 +29,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
-from synthetic_vocab import synthetic_vocab, write_tokenizer
+from synthetic_vocab import first_id, synthetic_vocab, write_tokenizer
 
 ST_DTYPES = {"BF16": (np.uint16, QT.BF16), "F16": (np.float16, QT.F16), "F32": (np.float32, QT.F32)}
 LAYER_NAMES = {
@@ -143,12 +143,6 @@ def llama3_rope_factors(scaling, theta, head_dim):
             s = (old_ctx / wl - low) / (high - low)
             out.append(1 / ((1 - s) / factor + s))
     return np.array(out, dtype=np.float32)
-
-
-def first_id(v):
-    if isinstance(v, list):
-        return v[0] if v else None
-    return v
 
 
 def convert(folder, out, hf_tokenizer=False, name=None, outtype="keep"):

@@ -55,7 +55,10 @@ def hf_tokenizer_json(tokens, merges):
 
 
 def first_id(v):
-    return v[0] if isinstance(v, list) and v else v
+    """A config's token id, or the first of a list of them (None for an empty list)."""
+    if isinstance(v, list):
+        return v[0] if v else None
+    return v
 
 
 def tokenizer_config(cfg, tokens):
