@@ -79,9 +79,11 @@ void check_plan(const PlanArgs& a, const Plan& pl) {
         continue;
       }
       if ((pl.grp[g + 1] - pl.grp[g]) * a.hpb <= 16) {
-        // Only the decode form takes a small group whole, and only one of few splits.
+        // Only the decode form takes a small group whole: one of few splits, or one whose splits a
+        // chunk of its split mode covers.
         ASSERT_TRUE(a.decode) << "a small group went whole to the flash kernel";
-        ASSERT_LT(a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit, a.whole_decode)
+        const int span = a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit;
+        ASSERT_TRUE(span < a.whole_decode || (a.whole_decode > 0 && a.whole_chunks && a.flash_split < 0 && span < pl.chunk))
             << "a small group of too many splits went whole to the decode form";
       }
     }
@@ -177,6 +179,14 @@ TEST(AttentionPlan, ManyDecodeSplitsGoToFlashInChunks) {
   PlanArgs whole = a;
   whole.whole_groups = true;
   EXPECT_EQ(checked(whole).chunk, 14);
+  // With the decode form's whole mode, the six rows of at most 14 splits (700..885) go whole; the
+  // rest keep their chunks and partials.
+  whole.whole_decode = 4;
+  const Plan some = checked(whole);
+  int whole_items = 0;
+  for (unsigned i = 0; i < some.n_flash; ++i) whole_items += some.items[2 * i + 1] < 0;
+  EXPECT_EQ(whole_items, 6);
+  EXPECT_EQ(some.brows.size(), 58u);
   // Without flash splits the tile kernel takes every split, one a block.
   const PlanArgs b = llama(r, true, 256ull << 20, 0);
   const Plan tile = checked(b);
@@ -190,11 +200,17 @@ TEST(AttentionPlan, ManyDecodeSplitsGoToFlashInChunks) {
   EXPECT_EQ(few.n_flash, 0u);
   EXPECT_EQ(few.items.size(), 2u * 11);
   // Forced (TF_CUDA_FLASH_SPLIT=3, for the contract): the flash kernel, three splits a block.
-  const PlanArgs forced = llama(one_row, true, 256ull << 20, 3);
+  PlanArgs forced = llama(one_row, true, 256ull << 20, 3);
   const Plan f3 = checked(forced);
   EXPECT_EQ(f3.chunk, 3);
   EXPECT_EQ(f3.n_flash, 4u);
   EXPECT_EQ(f3.items.size(), 2u * 4);
+  // Forced chunks keep split mode even where one chunk would cover the group.
+  forced.flash_split = 16;
+  forced.whole_decode = 4;
+  const Plan f16 = checked(forced);
+  EXPECT_EQ(f16.items, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(f16.brows.size(), 1u);
   // A decode row inside its first split has one split: it runs whole on the tile kernel.
   Rows short_ctx;
   short_ctx.add(0, 40, 1);
@@ -255,6 +271,17 @@ TEST(AttentionPlan, DecodeSplitsTakeTheFlashKernelAboveFourBlocksAnSM) {
   const Plan rows9 = checked(wide);
   EXPECT_EQ(rows9.chunk, 9);
   EXPECT_EQ(rows9.n_flash, 64u);
+  EXPECT_EQ(rows9.brows.size(), 64u);
+  // With the decode form's whole mode (bf16 mode) those blocks fold their 9 splits themselves.
+  wide.whole_decode = 4;
+  const Plan folded = checked(wide);
+  EXPECT_EQ(folded.n_flash, 64u);
+  EXPECT_EQ(folded.slots, 0);
+  EXPECT_TRUE(folded.brows.empty());
+  for (unsigned i = 0; i < folded.n_flash; ++i) EXPECT_EQ(folded.items[2 * i + 1], -1);
+  // TF_CUDA_ATTN_FOLD=0: the partials and the merge, as before.
+  wide.whole_chunks = false;
+  EXPECT_EQ(checked(wide).brows.size(), 64u);
   // 1 row at 2,049: 33 x 8 = 264 split blocks, below: the tile kernel.
   Rows one;
   one.add(0, 2049, 1);

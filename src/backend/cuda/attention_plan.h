@@ -34,8 +34,10 @@ struct PlanArgs {
   // a block takes a whole group (bf16 mode's decode form streams its splits two ahead).
   bool whole_groups = false;
   // Groups of at most 16 pairs over at most this many splits go whole to the decode form, which
-  // folds them with no partials or merge (bf16 mode's decode kernel); 0: never.
+  // folds them with no partials or merge (bf16 mode's decode kernel); so do those whose splits fit
+  // one chunk of the decode form's split mode (its block would walk them all anyway); 0: never.
   int whole_decode = 0;
+  bool whole_chunks = true;  // the second case above (TF_CUDA_ATTN_FOLD=0 turns it off, for timing)
 };
 
 struct Plan {
@@ -55,8 +57,8 @@ struct Plan {
 // Groups: runs of consecutive positions of one sequence, up to rmax rows. Split mode (a block per
 // split, then a merge) for groups of few rows, or when tile-kernel blocks would not fill the
 // device, while the partials fit; groups of more than 16 pairs go whole to the flash kernel when
-// it applies; groups of few pairs and splits go whole to the decode form (whole_decode); the rest
-// go whole to the tile kernel.
+// it applies; groups of few pairs and splits, or of few pairs whose splits one chunk covers, go
+// whole to the decode form (whole_decode); the rest go whole to the tile kernel.
 inline Plan plan_attention(const PlanArgs& a) {
   Plan pl;
   const auto at = [](int r) { return static_cast<size_t>(r); };
@@ -98,7 +100,10 @@ inline Plan plan_attention(const PlanArgs& a) {
     const int s_lo = a.first[at(r0)] / kSplit, s_hi = a.pos[at(r1 - 1)] / kSplit;
     int64_t need = 0;
     for (int r = r0; r < r1; ++r) need += row_splits(a.pos[at(r)], a.first[at(r)]);
-    if (a.flash && a.decode && (r1 - r0) * a.hpb <= 16 && s_hi - s_lo < a.whole_decode) {
+    // A block that would walk every split of a small group anyway folds them itself: no partials.
+    const bool one_chunk = flash_split && a.flash_split < 0 && s_hi - s_lo < pl.chunk && a.whole_decode > 0 &&
+                           a.whole_chunks;
+    if (a.flash && a.decode && (r1 - r0) * a.hpb <= 16 && (s_hi - s_lo < a.whole_decode || one_chunk)) {
       pl.items.insert(pl.items.end(), {g, -1});
       continue;
     }

@@ -357,6 +357,12 @@ int attn_whole_splits() {
   return n;
 }
 
+// TF_CUDA_ATTN_FOLD=0 keeps split mode's partials for decode groups one block walks whole, for timing.
+bool attn_fold_on() {
+  static const bool on = !env_zero("TF_CUDA_ATTN_FOLD");
+  return on;
+}
+
 // TF_CUDA_ATTN_EARLY=0 starts the decode form only once the KV store before it has ended, for timing.
 bool attn_early_on() {
   static const bool on = !env_zero("TF_CUDA_ATTN_EARLY");
@@ -461,7 +467,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks, sms,
                             flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
                             kMaxPartialBytes, flash_decode_on(), matmul_input() == MatmulInput::BF16,
-                            matmul_input() == MatmulInput::BF16 ? attn_whole_splits() : 0});
+                            matmul_input() == MatmulInput::BF16 ? attn_whole_splits() : 0, attn_fold_on()});
   const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
