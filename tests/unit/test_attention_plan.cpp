@@ -83,7 +83,8 @@ void check_plan(const PlanArgs& a, const Plan& pl) {
         // chunk of its split mode covers.
         ASSERT_TRUE(a.decode) << "a small group went whole to the flash kernel";
         const int span = a.pos[pl.grp[g + 1] - 1] / kSplit - a.first[pl.grp[g]] / kSplit;
-        ASSERT_TRUE(span < a.whole_decode || (a.whole_decode > 0 && a.whole_chunks && a.flash_split < 0 && span < pl.chunk))
+        const bool fits_chunk = a.whole_decode > 0 && a.whole_chunks && a.flash_split < 0 && span < pl.chunk;
+        ASSERT_TRUE(span < a.whole_decode || fits_chunk)
             << "a small group of too many splits went whole to the decode form";
       }
     }
