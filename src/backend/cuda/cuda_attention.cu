@@ -11,14 +11,15 @@
 // sums what the V product takes. Within split s:
 // score_j = that product over dims in steps of 8 (bf16: 16) in order (dims past head_dim are 0),
 // times scale, then softcap; keys outside the row's range are masked; m_s = max of the unmasked
-// scores; p_j = expf(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7
+// scores; p_j = e(score_j - m_s), 0 where masked; l_s: lane t of a quad sums, for n = 0..7
 // in order, (p_{8n+2t} + p_{8n+2t+1}), then the quad's xor butterfly (1, then 2) adds the four;
 // acc_s[d] = the product of p and v over key steps n = 0..7 in order (keys 8n + 2t and
 // 8n + 2t + 1 in A slots t and t + 4; bf16: steps j = 0..3 of keys 16j..16j + 15 in the k16 A
 // fragment's order), from 0. Splits are folded in split order from the row's first:
-// m' = max(m, m_s), a = expf(m - m'), b = expf(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
-// out = acc / l + 0. An element of an mma product depends only on its own row and column, and a
-// masked key adds an exact zero (its weight is 0 and its value finite), so the bits depend only
+// m' = max(m, m_s), a = e(m - m'), b = e(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
+// out = acc / l + 0; e(x) is ex2.approx.ftz of x * log2 e rounded to f32 (attn_exp). An element
+// of an mma product depends only on its own row and column, and a masked key adds an exact zero
+// (its weight is 0 and its value finite), so the bits depend only
 // on the row's q, keys, values and range, never on the batch, grouping or pages. (A non-finite
 // value in the pool breaks this: 0 * inf spreads NaN to the rows sharing its tile.) The fold runs
 // inside one block (whole mode) or, split by split, in parallel blocks whose partials a merge
@@ -201,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
         sp[4] = mx, sp[2] = lsum, sp[5] = 1.0f;
       } else {
         const float mn = fmaxf(sp[4], mx);
-        sp[0] = expf(__fsub_rn(sp[4], mn));
-        sp[1] = expf(__fsub_rn(mx, mn));
+        sp[0] = attn_exp(__fsub_rn(sp[4], mn));
+        sp[1] = attn_exp(__fsub_rn(mx, mn));
         sp[2] = fold(sp[2], sp[0], lsum, sp[1]);
         sp[4] = mn;
       }
@@ -304,7 +305,7 @@ __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
       const int64_t slot = slot0 + static_cast<int64_t>(s) * a.n_heads;
       const float ms = a.part_ml[2 * slot], ls = a.part_ml[2 * slot + 1];
       const float mn = fmaxf(m, ms);
-      const float fa = expf(__fsub_rn(m, mn)), fb = expf(__fsub_rn(ms, mn));
+      const float fa = attn_exp(__fsub_rn(m, mn)), fb = attn_exp(__fsub_rn(ms, mn));
       l = fold(l, fa, ls, fb);
       acc = fold(acc, fa, a.part_acc[slot * hd + d], fb);
       m = mn;

@@ -128,7 +128,7 @@ __device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* 
         run->m = mx, run->l = lsum, run->started = true, mode = 1.0f;
       } else if (on[h]) {
         const float mn = fmaxf(run->m, mx);
-        fa = expf(__fsub_rn(run->m, mn)), fb = expf(__fsub_rn(mx, mn));
+        fa = attn_exp(__fsub_rn(run->m, mn)), fb = attn_exp(__fsub_rn(mx, mn));
         run->l = fold(run->l, fa, lsum, fb), run->m = mn, mode = 2.0f;
       }
       if (d.tq == 0) *reinterpret_cast<float4*>(st + 4 * (d.gq + 8 * h)) = make_float4(mode, fa, fb, 0.0f);
@@ -304,8 +304,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
   // Rows [jlo, jhi) of split s's K and V into stage b.
   auto stage = [&](int b, int jlo, int jhi) {
     const int64_t* sl = kslot + b * kSplit;
-    stage_rows<kDecThreads, true>(kb + b * kSplit * ld, ld, kpool, sl, d.hd, d.hdp, jlo, jhi);
-    stage_rows<kDecThreads, true>(vb + b * kSplit * ld, ld, vpool, sl, d.hd, d.hdp, jlo, jhi);
+    stage_rows_kv<kDecThreads>(kb + b * kSplit * ld, vb + b * kSplit * ld, ld, kpool, vpool, sl, d.hd, d.hdp, jlo, jhi);
     cp_async_commit();
   };
   const int32_t fresh = a.row_fresh[d.it.r0];

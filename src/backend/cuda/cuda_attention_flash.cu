@@ -92,8 +92,8 @@ __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it
       f.m[h] = mx, f.l[h] = lsum, f.started[h] = true, j.mode[h] = 1;
     } else {
       const float mn = fmaxf(f.m[h], mx);
-      j.fa[h] = expf(__fsub_rn(f.m[h], mn));
-      j.fb[h] = expf(__fsub_rn(mx, mn));
+      j.fa[h] = attn_exp(__fsub_rn(f.m[h], mn));
+      j.fb[h] = attn_exp(__fsub_rn(mx, mn));
       f.l[h] = fold(f.l[h], j.fa[h], lsum, j.fb[h]);
       f.m[h] = mn, j.mode[h] = 2;
     }

@@ -38,19 +38,16 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const I
 }
 
 // Stages split rows dst[key][0..hd_pad) (row stride ld) from the pool offsets in slot by cp.async
-// (dims past head_dim and masked keys as zeros), with no commit; kRange: only keys jlo..jhi - 1. A
-// copy is `per` values of 16 bytes, or 8 for bf16 rows of a head dim not a multiple of 8 (not
-// 16-byte aligned). A thread copies one column of every (T / units)-th key, so the loop has no
-// division.
-template <int T, bool kRange, class E>
-__device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp, int jlo = 0,
-                                           int jhi = kSplit) {
+// (dims past head_dim and masked keys as zeros), with no commit. A copy is `per` values of 16
+// bytes, or 8 for bf16 rows of a head dim not a multiple of 8 (not 16-byte aligned). A thread
+// copies one column of every (T / units)-th key, so the loop has no division.
+template <int T, class E>
+__device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp) {
   constexpr bool kWide = sizeof(E) == 4;
   const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
   const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
   const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
   for (int key = key0; key < kSplit; key += kstep) {
-    if (kRange && (key < jlo || key >= jhi)) continue;
     const int64_t off = slot[key];
     const bool ok = off >= 0 && d0 < hd;
     const E* from = src + (ok ? off + d0 : 0);
@@ -59,10 +56,34 @@ __device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const i
   }
 }
 
+// stage_rows for K and V of the same keys at once (one slot load and one address a pair of
+// copies), keys jlo..jhi - 1 only.
+template <int T, class E>
+__device__ __forceinline__ void stage_rows_kv(E* kdst, E* vdst, int ld, const E* ksrc, const E* vsrc, const int64_t* slot,
+                                              int hd, int hdp, int jlo, int jhi) {
+  constexpr bool kWide = sizeof(E) == 4;
+  const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
+  const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
+  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
+  for (int key = key0 + (jlo > key0 ? (jlo - key0 + kstep - 1) / kstep * kstep : 0); key < jhi; key += kstep) {
+    const int64_t off = slot[key];
+    const bool ok = off >= 0 && d0 < hd;
+    const int64_t at = ok ? off + d0 : 0;
+    const int to = key * ld + d0;
+    if (kWide || per == 8) {
+      cp_async16(kdst + to, ksrc + at, ok);
+      cp_async16(vdst + to, vsrc + at, ok);
+    } else {
+      cp_async8(kdst + to, ksrc + at, ok);
+      cp_async8(vdst + to, vsrc + at, ok);
+    }
+  }
+}
+
 // Every row of the split, then the commit.
 template <int T, class E>
 __device__ __forceinline__ void stage_tile(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp) {
-  stage_rows<T, false>(dst, ld, src, slot, hd, hdp);
+  stage_rows<T>(dst, ld, src, slot, hd, hdp);
   cp_async_commit();
 }
 
