@@ -19,9 +19,9 @@
 // m' = max(m, m_s), a = e(m - m'), b = e(m_s - m'), l = l*a + l_s*b, acc = acc*a + acc_s*b;
 // out = acc / l + 0; e(x) is ex2.approx.ftz of x * log2 e rounded to f32 (attn_exp). An element
 // of an mma product depends only on its own row and column, and a masked key adds an exact zero
-// (its weight is 0 and its value finite), so the bits depend only
-// on the row's q, keys, values and range, never on the batch, grouping or pages. (A non-finite
-// value in the pool breaks this: 0 * inf spreads NaN to the rows sharing its tile.) The fold runs
+// (its weight is 0 and its value finite), so the bits depend only on the row's q, keys, values
+// and range, never on the batch, grouping or pages. (A non-finite value in the pool breaks this:
+// 0 * inf spreads NaN to the rows sharing its tile.) The fold runs
 // inside one block (whole mode) or, split by split, in parallel blocks whose partials a merge
 // kernel folds (split mode); both run the same operations. Blocks share each staged K/V tile
 // among up to 64 (row, head) pairs: consecutive rows of one sequence and the heads of one GQA
