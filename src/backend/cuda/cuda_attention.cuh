@@ -316,9 +316,5 @@ void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 // Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode
 // ones, and in bf16 mode whole groups too. overlap: the kernel before wrote only this call's keys.
 void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap);
-// The same items in bf16 mode with a warp a split (cuda_attention_warps.cu), where the head dim is
-// a multiple of 8, under TF_CUDA_ATTN_WARPS=1 only: exact, and slower than the eight-warp form.
-bool warps_decode_takes(const Args& a);
-void launch_flash_decode_warps(const Args& a, unsigned n_items, unsigned yblocks, bool overlap);
 
 }  // namespace tf::cuda::attn

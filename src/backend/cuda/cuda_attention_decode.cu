@@ -374,8 +374,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
 
 void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap) {
   static std::atomic<bool> ready_f32{false}, ready_bf16{false};
-  if (warps_decode_takes(a)) launch_flash_decode_warps(a, n_items, yblocks, overlap);
-  else if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
+  if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
   else launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks,
                                overlap);
 }
