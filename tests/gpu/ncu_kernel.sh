@@ -5,9 +5,9 @@
 # "wg_matmul<.int.1, .int.2" picks tile c; SKIP counts only matching launches, and a bench at
 # depth runs its prefill's launches first (on a 2-layer model's 64-lane bench at depth 513, a skip
 # of 40 decode-form launches still landed in the prefill and one of 300 in the decode). Binary:
-# $BIN (default .gpubin/tensorfold); build it
-# with -lineinfo to keep source lines. Writes $OUT/ncu_details.txt and $OUT/ncu_sass.csv, then
-# prints the headline metrics and tests/gpu/ncu_sass.py's summary of the first launch.
+# $BIN (default .gpubin/tensorfold); build it with -lineinfo to keep source lines. Writes
+# $OUT/ncu_details.txt and $OUT/ncu_sass.csv, then prints the headline metrics and
+# tests/gpu/ncu_sass.py's summary of the first launch.
 set -u
 MODEL=${1:?usage: ncu_kernel.sh MODEL_DIR REGEX SKIP COUNT [BENCH ARGS]}
 REGEX=${2:?regex}

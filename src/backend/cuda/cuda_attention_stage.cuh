@@ -37,30 +37,13 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const I
   fill_slots<T>(slot, a, it.pt, it.lo, it.hi, it.head_off, s);
 }
 
-// Stages split rows dst[key][0..hd_pad) (row stride ld) from the pool offsets in slot by cp.async
-// (dims past head_dim and masked keys as zeros), with no commit. A copy is `per` values of 16
-// bytes, or 8 for bf16 rows of a head dim not a multiple of 8 (not 16-byte aligned). A thread
-// copies one column of every (T / units)-th key, so the loop has no division.
-template <int T, class E>
-__device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp) {
-  constexpr bool kWide = sizeof(E) == 4;
-  const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
-  const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
-  const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
-  for (int key = key0; key < kSplit; key += kstep) {
-    const int64_t off = slot[key];
-    const bool ok = off >= 0 && d0 < hd;
-    const E* from = src + (ok ? off + d0 : 0);
-    if (kWide || per == 8) cp_async16(dst + key * ld + d0, from, ok);
-    else cp_async8(dst + key * ld + d0, from, ok);
-  }
-}
-
-// stage_rows for K and V of the same keys at once (one slot load and one address a pair of
-// copies), keys jlo..jhi - 1 only.
-template <int T, class E>
-__device__ __forceinline__ void stage_rows_kv(E* kdst, E* vdst, int ld, const E* ksrc, const E* vsrc, const int64_t* slot,
-                                              int hd, int hdp, int jlo, int jhi) {
+// Walks the copies that stage keys jlo..jhi - 1 of a split, rows [key][0..hd_pad) of stride ld,
+// from the pool offsets in slot: copy(to, at, ok, wide) gets a copy's place in the tile, its pool
+// offset and whether it reads (else zeros: masked keys, dims past head_dim); a copy is `per`
+// values, 16 bytes (wide), or 8 for bf16 rows of a head dim not a multiple of 8 (not 16-byte
+// aligned). A thread copies one column of every (T / units)-th key, so the loop has no division.
+template <int T, class E, class F>
+__device__ __forceinline__ void stage_keys(int ld, const int64_t* slot, int hd, int hdp, int jlo, int jhi, F copy) {
   constexpr bool kWide = sizeof(E) == 4;
   const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
   const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
@@ -68,16 +51,32 @@ __device__ __forceinline__ void stage_rows_kv(E* kdst, E* vdst, int ld, const E*
   for (int key = key0 + (jlo > key0 ? (jlo - key0 + kstep - 1) / kstep * kstep : 0); key < jhi; key += kstep) {
     const int64_t off = slot[key];
     const bool ok = off >= 0 && d0 < hd;
-    const int64_t at = ok ? off + d0 : 0;
-    const int to = key * ld + d0;
-    if (kWide || per == 8) {
-      cp_async16(kdst + to, ksrc + at, ok);
-      cp_async16(vdst + to, vsrc + at, ok);
-    } else {
-      cp_async8(kdst + to, ksrc + at, ok);
-      cp_async8(vdst + to, vsrc + at, ok);
-    }
+    copy(key * ld + d0, ok ? off + d0 : int64_t{0}, ok, kWide || per == 8);
   }
+}
+
+// One copy of stage_keys by cp.async, with no commit.
+template <class E>
+__device__ __forceinline__ void stage_copy(E* dst, const E* src, bool ok, bool wide) {
+  if (wide) cp_async16(dst, src, ok);
+  else cp_async8(dst, src, ok);
+}
+
+// Stages every row of a split into dst by cp.async (stage_keys), with no commit.
+template <int T, class E>
+__device__ __forceinline__ void stage_rows(E* dst, int ld, const E* src, const int64_t* slot, int hd, int hdp) {
+  stage_keys<T, E>(ld, slot, hd, hdp, 0, kSplit,
+                   [&](int to, int64_t at, bool ok, bool wide) { stage_copy(dst + to, src + at, ok, wide); });
+}
+
+// K and V rows of keys jlo..jhi - 1 at once: one slot load and one address a pair of copies.
+template <int T, class E>
+__device__ __forceinline__ void stage_rows_kv(E* kdst, E* vdst, int ld, const E* ksrc, const E* vsrc, const int64_t* slot,
+                                              int hd, int hdp, int jlo, int jhi) {
+  stage_keys<T, E>(ld, slot, hd, hdp, jlo, jhi, [&](int to, int64_t at, bool ok, bool wide) {
+    stage_copy(kdst + to, ksrc + at, ok, wide);
+    stage_copy(vdst + to, vsrc + at, ok, wide);
+  });
 }
 
 // Every row of the split, then the commit.
