@@ -346,6 +346,12 @@ std::vector<Case> kernels() {
   at("L=150 8/2 hd=32 page 5", 150, attn(8, 2, 32), 5, 102);
   // One kv head for eight (a block of 8 rows x 8 heads), a window across split seams, 6 k16 steps.
   at("L=333 8/1 hd=96 window=200", 333, attn(8, 1, 96, 200), 16, 104);
+  // The bf16 decode form's TMA boxes: a page's keys (8, 32) or a split's inside a page (128), a
+  // window that starts inside a box, and a page size that divides no split (the cp.async form).
+  at("L=700 8/2 hd=128 window=300 page 32", 700, attn(8, 2, 128, 300), 32, 105);
+  at("L=500 4/1 hd=64 window=77 page 128", 500, attn(4, 1, 64, 77), 128, 106);
+  at("L=300 8/2 hd=128 page 8", 300, attn(8, 2, 128), 8, 107);
+  at("L=260 4/2 hd=128 page 24", 260, attn(4, 2, 128), 24, 108);
   auto multi = [&](const std::string& name, std::vector<int> lens, AttnParams p, int ps, uint32_t seed) {
     v.push_back({"attention " + name, [=](Backend& g, Backend& c) {
                    return attention_multi_gate(real_attention(), g, c, lens, p, ps, seed);
@@ -355,6 +361,7 @@ std::vector<Case> kernels() {
   multi("3 sequences 300/129/64 4/2 hd=80 window=90", {300, 129, 64}, attn(4, 2, 80, 90), 16, 97);
   multi("2 sequences 1030/513 32/8 hd=128", {1030, 513}, attn(32, 8, 128), 16, 98);
   multi("3 sequences 80/200/17 4/2 hd=16", {80, 200, 17}, attn(4, 2, 16), 16, 99);
+  multi("3 sequences 600/65/200 8/2 hd=128 window=150 page 64", {600, 65, 200}, attn(8, 2, 128, 150), 64, 109);
   add_hybrid_kernels(v);
   for (auto& [name, run] : moe_kernel_cases()) v.push_back({name, run});
   return v;
