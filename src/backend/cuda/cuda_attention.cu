@@ -503,10 +503,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int mt = pl.most_rows * hpb <= 16 ? 1 : pl.most_rows * hpb <= 32 ? 2 : 4;
   if (n_dec > 0) {
     // The decode form's first loads may go out while the KV store before it runs (its keys after).
-    const int kvw = kv.kv_heads * kv.head_dim;
-    const KvMaps maps = a.lo ? KvMaps{} : decode_maps(a.k, a.v, static_cast<int64_t>(kv.layer_elems() / kvw), kvw,
-                                                      kv.page_size, hd);
-    launch_flash_decode(a, maps, n_dec, yb, attn_early_on() && launch_count() == kv_written_at_);
+    launch_flash_decode(a, n_dec, yb, attn_early_on() && launch_count() == kv_written_at_);
     check_launch("attention");
     a.items += 2 * n_dec;
   }

@@ -2,8 +2,6 @@
 // written at the top of cuda_attention.cu, so that a split computed by either gives the same bits.
 #pragma once
 
-#include <cuda.h>
-
 #include <cstdint>
 #include <type_traits>
 
@@ -315,17 +313,8 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 // keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
-// The TMA descriptors of a layer's K and V pools for the bf16 decode form, read in boxes of 64
-// dims by `rows` keys; rows 0: that form stages by cp.async.
-struct KvMaps {
-  CUtensorMap k, v;
-  int rows;
-};
-// Those of pools of pool_rows keys (rows 0 where TMA, the sm_90a code, the head dim or the page
-// size rule it out).
-KvMaps decode_maps(const void* k, const void* v, int64_t pool_rows, int kv_width, int page_size, int head_dim);
 // Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode
 // ones, and in bf16 mode whole groups too. overlap: the kernel before wrote only this call's keys.
-void launch_flash_decode(const Args& a, const KvMaps& maps, unsigned n_items, unsigned yblocks, bool overlap);
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap);
 
 }  // namespace tf::cuda::attn

@@ -2,13 +2,9 @@
 // block: the order rule of cuda_attention.cu through the helpers of cuda_attention.cuh, so a split
 // gives the bits of the flash kernel (cuda_attention_flash.cu) and the tile kernel.
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "backend/cuda/cuda_attention_stage.cuh"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_hopper.cuh"
 
 namespace tf::cuda::attn {
 
@@ -25,9 +21,14 @@ namespace {
 // kernel's whole mode does and writes the output, with no partials and no merge.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
 
-// f32 mode: q, two K tiles and a V tile, the scores in the K tile's rows, the slots.
+// f32 mode: q, two K tiles and a V tile, the scores in the K tile's rows, the slots. bf16 mode:
+// q, two K and two V tiles, the scores, the slots.
+template <bool kLo>
 constexpr size_t dec_smem() {
-  return static_cast<size_t>(kDecPairs) * kKs * sizeof(float) + 3 * static_cast<size_t>(kSplit) * kKs * sizeof(float) +
+  return static_cast<size_t>(kDecPairs) * kKs * sizeof(float) +
+         (kLo ? 3 * static_cast<size_t>(kSplit) * kKs * sizeof(float)
+              : 4 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t) + 8 * static_cast<size_t>(kKs) * sizeof(float) +
+                    4 * static_cast<size_t>(kDecPairs) * sizeof(float)) +
          2 * kSplit * sizeof(int64_t);
 }
 
@@ -82,26 +83,17 @@ __device__ __forceinline__ void dec_scores(const Dec& d, const float* qs, const 
   dec_put_scores(d, sw, xs, xld);
 }
 
-// Element (key r, dim c) of a TMA-staged tile: [dim / 64][key][64 dims], each 128-byte key row's
-// 16-byte chunks swizzled by the key's low three bits, as box_map's 128-byte swizzle lands them.
-__device__ __forceinline__ int tma_at(int r, int c) {
-  return (c >> 6) * (kSplit * 64) + r * 64 + ((((c & 63) >> 3) ^ (r & 7)) << 3) + (c & 7);
-}
-
 // bf16 mode: the same scores in k16 steps, q's A fragments qa from registers, K's B fragments
-// read as words of the bf16 tile (kSw: a TMA-staged tile, else rows of stride ld).
-template <bool kSw>
+// read as words of the bf16 tile.
 __device__ __forceinline__ void dec_scores16(const Dec& d, const uint32_t (&qa)[kChunk / 16][4], const uint16_t* ks,
                                              int ld, float* xs, int xld) {
   float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int r = 8 * d.warp + d.gq;
-  const uint16_t* kr = ks + r * ld + 2 * d.tq;
+  const uint16_t* kr = ks + (8 * d.warp + d.gq) * ld + 2 * d.tq;
 #pragma unroll
   for (int k = 0; k < kChunk / 16; ++k) {
     if (16 * k >= d.hdp) break;
-    const uint16_t* k0 = kSw ? ks + tma_at(r, 16 * k + 2 * d.tq) : kr + 16 * k;
-    const uint16_t* k1 = kSw ? ks + tma_at(r, 16 * k + 8 + 2 * d.tq) : kr + 16 * k + 8;
-    mma_k16(sw, qa[k], *reinterpret_cast<const uint32_t*>(k0), *reinterpret_cast<const uint32_t*>(k1));
+    mma_k16(sw, qa[k], *reinterpret_cast<const uint32_t*>(kr + 16 * k),
+            *reinterpret_cast<const uint32_t*>(kr + 16 * k + 8));
   }
   dec_put_scores(d, sw, xs, xld);
 }
@@ -212,9 +204,8 @@ __device__ __forceinline__ void dec_fold_pv(const Dec& d, const float (&os)[2][4
 }
 
 // bf16 mode: the same products in k16 steps (keys 16j..16j + 15), the weights' A fragments packed
-// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16; kSw: a
-// TMA-staged tile). Whole mode (st set): folded into acc.
-template <bool kSw>
+// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16). Whole
+// mode (st set): folded into acc.
 __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const float* xs, int xld, const uint16_t* vs,
                                          int ld, int s, const bool (&on)[2], const float* st, float (&acc)[2][4]) {
   uint32_t pa[4][4];
@@ -236,8 +227,7 @@ __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const floa
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     uint32_t vf[4];
-    const int r = 16 * j + 8 * (mi & 1) + mr, c = 8 * (2 * d.warp) + 8 * (mi >> 1);
-    ldsm4_t(vf, vs + (kSw ? tma_at(r, c) : r * ld + c));
+    ldsm4_t(vf, vs + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (2 * d.warp) + 8 * (mi >> 1));
     mma_k16(os[0], pa[j], vf[0], vf[1]);
     mma_k16(os[1], pa[j], vf[2], vf[3]);
   }
@@ -290,137 +280,45 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
   }
 }
 
-// bf16 mode's schedule: a ring of ST (K, V) stages a split each. Split s + ST's keys are found
-// while split s's scores run and its tiles load once split s's products are done, so a split's
-// loads have ST - 1 splits' work to land. Before the wait on the kernel before it, a block loads
-// its first two splits' keys older than the call's first row of the sequence (row_fresh): a
-// launch that overlaps is one whose kernel before it wrote only the call's keys (attention_prep,
-// kv_store) after waiting on everything earlier. The call's own keys load after the wait.
-// kTma (sm_90a, head dims a multiple of 64): lanes of warp kTmaWarp copy a stage as TMA boxes of a
-// page's keys (or a split's) by 64 dims, counted on the stage's mbarrier; rows of keys outside the
-// group's range become zeros after they land. Else every thread stages by cp.async from the keys'
-// pool offsets (kslot), one commit group a stage.
-constexpr int kTmaWarp = 2;  // never one of the softmax's warps
-// Stages in the ring; TMA's unpadded tiles leave room for a third at two blocks an SM, which was
-// slower (PERFORMANCE.md).
-template <bool kTma>
-constexpr int kDecStages = 2;
-
-template <bool kTma>
-constexpr size_t dec_bf16_smem() {
-  constexpr size_t tiles = 2 * static_cast<size_t>(kDecStages<kTma>) * kSplit * (kTma ? kChunk : kKs16) * sizeof(uint16_t);
-  return (kTma ? 1024 + tiles : tiles) + (static_cast<size_t>(kDecPairs) + 8) * kKs * sizeof(float) +
-         4 * static_cast<size_t>(kDecPairs) * sizeof(float) + (kTma ? 0 : 2 * kSplit * sizeof(int64_t));
-}
-
-template <bool kTma>
-__device__ __forceinline__ void decode_bf16(const Args& a, const KvMaps& maps) {
-  constexpr int ld = kKs16, kTile = kTma ? kSplit * kChunk : kSplit * ld;  // values of a K or V tile
+// bf16 mode's schedule: a ring of two (K, V) stages a split each, one commit group a stage. Split
+// s + 2's slots are found while split s's scores run (their page ids load meanwhile) and its tiles
+// load once split s's products are done, so a split's loads have a whole split's work to land.
+// Before the wait on the kernel before it, a block finds its first two splits' slots and loads
+// their keys older than the call's first row of the sequence (row_fresh): a launch that overlaps
+// is one whose kernel before it wrote only the call's keys (attention_prep, kv_store) after
+// waiting on everything earlier. The call's own keys load after the wait, as a second group.
+__global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args a) {
+  constexpr int ld = kKs16;
   extern __shared__ float4 sh4[];
-  constexpr int ST = kDecStages<kTma>;
-  __shared__ __align__(8) uint64_t full[ST];  // kTma: each stage's mbarrier
-  uint16_t* kb;  // [ST][kTile], then V's [ST][kTile]
-  float* qs;     // [kDecPairs][kKs]
-  if constexpr (kTma) {
-    // The swizzle repeats every 1024 bytes, so the tiles start on one; the launch adds 1 KiB.
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(sh4));
-    kb = reinterpret_cast<uint16_t*>(sh4) + (1024 - base % 1024) % 1024 / 2;
-    qs = reinterpret_cast<float*>(kb + 2 * ST * kTile);
-  } else {
-    qs = reinterpret_cast<float*>(sh4);
-    kb = reinterpret_cast<uint16_t*>(qs + kDecPairs * kKs);
-  }
-  uint16_t* vb = kb + ST * kTile;
-  auto* xs = kTma ? qs + kDecPairs * kKs : reinterpret_cast<float*>(vb + ST * kTile);  // [8][kKs]: scores, weights
+  float* qs = reinterpret_cast<float*>(sh4);                  // [kDecPairs][kKs]
+  auto* kb = reinterpret_cast<uint16_t*>(qs + kDecPairs * kKs);  // [2][kSplit][ld]
+  uint16_t* vb = kb + 2 * kSplit * ld;                          // [2][kSplit][ld]
+  auto* xs = reinterpret_cast<float*>(vb + 2 * kSplit * ld);    // [8][kKs]: scores, then weights
   float* st = xs + 8 * kKs;                                     // [kDecPairs][4]: whole mode's fold
-  auto* kslot = reinterpret_cast<int64_t*>(st + 4 * kDecPairs);  // cp.async: [2][kSplit], -1: masked
+  auto* kslot = reinterpret_cast<int64_t*>(st + 4 * kDecPairs);  // [2][kSplit], -1: masked
   const Dec d = dec_of(a);
   const bool whole = a.items[2 * blockIdx.x + 1] < 0;
   const int s0 = d.it.s0, s1 = d.it.s1;
   const auto* kpool = static_cast<const uint16_t*>(a.k);
   const auto* vpool = static_cast<const uint16_t*>(a.v);
-  const int32_t fresh = a.row_fresh[d.it.r0];
-  // cp.async: rows [jlo, jhi) of split s's K and V into stage b.
+  // Rows [jlo, jhi) of split s's K and V into stage b.
   auto stage = [&](int b, int jlo, int jhi) {
     const int64_t* sl = kslot + b * kSplit;
-    stage_rows_kv<kDecThreads>(kb + b * kTile, vb + b * kTile, ld, kpool, vpool, sl, d.hd, d.hdp, jlo, jhi);
+    stage_rows_kv<kDecThreads>(kb + b * kSplit * ld, vb + b * kSplit * ld, ld, kpool, vpool, sl, d.hd, d.hdp, jlo, jhi);
     cp_async_commit();
   };
-  // kTma: lane e of warp kTmaWarp copies box ei (keys ei * R..) of dims 64 eh.. of K (et 0) or V.
-  const int R = maps.rows, nh = d.hd / 64, nbox = kTma ? kSplit / R : 1;
-  const int et = d.lane / (nh * nbox), eh = d.lane / nbox % nh, ei = d.lane % nbox;
-  auto box_in = [&](int s) {
-    const int k0 = s * kSplit + ei * R;
-    return et < 2 && k0 <= d.it.hi && k0 + R - 1 >= d.it.lo;
-  };
-  auto box_page = [&](int s) { return box_in(s) ? d.it.pt[(s * kSplit + ei * R) / a.page_size] : 0; };
-  auto bar = [&](int b) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[b])); };
-  // which: 0 every box of the split (and the stage's bytes to expect), 1 those whose keys all
-  // precede fresh (and the bytes of every box), 2 the others.
-  auto issue = [&](int s, int b, int which, int32_t page) {
-    if constexpr (kTma) {
-      const int k0 = s * kSplit + ei * R;
-      const bool in = box_in(s), old = min(k0 + R - 1, d.it.hi) < fresh;
-      const unsigned boxes = __popc(__ballot_sync(0xffffffffu, in));
-      if (which != 2 && d.lane == 0) mbar_expect(bar(b), boxes * R * 128);
-      __syncwarp();
-      if (in && (which == 0 || (which == 1) == old)) {
-        const uint16_t* dst = (et == 0 ? kb : vb) + b * kTile + eh * kSplit * 64 + ei * R * 64;
-        tma_box(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), et == 0 ? &maps.k : &maps.v,
-                static_cast<int>(d.it.head_off) + 64 * eh, page * a.page_size + k0 % a.page_size, bar(b));
-      }
-    }
-  };
-  // kTma: rows of keys outside the group's range (boxes past it never load; boxes across its ends
-  // bring other keys' values) become zeros, as the cp.async copies leave them.
-  auto zero_masked = [&](int s, int b) {
-    const int jlo = max(d.it.lo - s * kSplit, 0), jhi = min(d.it.hi - s * kSplit, kSplit - 1);
-    if (jlo == 0 && jhi == kSplit - 1) return;
-    const int chunks = nh * kSplit * 8;  // 16-byte chunks of a tile, 8 a key row
-    for (int c = threadIdx.x; c < 2 * chunks; c += kDecThreads) {
-      const int w = c % chunks, r = w / 8 % kSplit;
-      if (r < jlo || r > jhi) reinterpret_cast<uint4*>((c < chunks ? kb : vb) + b * kTile)[w] = make_uint4(0, 0, 0, 0);
-    }
-    fence_proxy_async();  // before a later TMA rewrites these rows
-  };
-  int32_t pg[ST] = {};     // kTma: the first splits' page ids of this lane's box
-  int old0 = 0, old1 = 0;  // cp.async: the first two splits' keys older than fresh
-  if constexpr (kTma) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int b = 0; b < ST; ++b) mbar_init(bar(b), 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    if (d.warp == kTmaWarp) {
-#pragma unroll
-      for (int b = 0; b < ST; ++b) {
-        if (s0 + b > s1) break;
-        pg[b] = box_page(s0 + b);
-        issue(s0 + b, b, 1, pg[b]);
-      }
-    }
-  } else {
-    old0 = min(max(fresh - s0 * kSplit, 0), kSplit), old1 = min(max(fresh - (s0 + 1) * kSplit, 0), kSplit);
-    fill_slots<kDecThreads>(kslot, a, d.it, s0);
-    if (s0 < s1) fill_slots<kDecThreads>(kslot + kSplit, a, d.it, s0 + 1);
-    __syncthreads();
-    stage(0, 0, old0);
-    if (s0 < s1) stage(1, 0, old1);
-  }
+  const int32_t fresh = a.row_fresh[d.it.r0];
+  const int old0 = min(max(fresh - s0 * kSplit, 0), kSplit), old1 = min(max(fresh - (s0 + 1) * kSplit, 0), kSplit);
+  fill_slots<kDecThreads>(kslot, a, d.it, s0);
+  if (s0 < s1) fill_slots<kDecThreads>(kslot + kSplit, a, d.it, s0 + 1);
+  __syncthreads();
+  stage(0, 0, old0);
+  if (s0 < s1) stage(1, 0, old1);
   grid_wait();
   grid_launch_next();
   stage_q<kDecThreads, false>(qs, kKs, a, d.it.r0, d.it.h0, d.it.P, kDecPairs);
-  if constexpr (kTma) {
-    if (d.warp == kTmaWarp) {
-#pragma unroll
-      for (int b = 0; b < ST; ++b)
-        if (s0 + b <= s1) issue(s0 + b, b, 2, pg[b]);
-    }
-  } else {
-    stage(0, old0, kSplit);
-    if (s0 < s1) stage(1, old1, kSplit);
-  }
+  stage(0, old0, kSplit);
+  if (s0 < s1) stage(1, old1, kSplit);
   __syncthreads();
   uint32_t qa[kChunk / 16][4];
 #pragma unroll
@@ -429,25 +327,19 @@ __device__ __forceinline__ void decode_bf16(const Args& a, const KvMaps& maps) {
   Run run;
   float acc[2][4] = {};
   float* wst = whole ? st : nullptr;
-  for (int s = s0, bt = 0, phase = 0; s <= s1; ++s) {
-    const int b = kTma ? bt : (s - s0) & 1;  // the stage of split s
-    if constexpr (kTma) {
-      mbar_wait(bar(b), phase);
-      zero_masked(s, b);
-    } else if (s < s1) {
-      cp_async_wait<1>();  // pending past split s's stage: split s + 1's (the call's keys, or all)
-    } else {
-      cp_async_wait<0>();
-    }
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    // Pending past split s's stage: split s + 1's (the call's keys, or the whole stage) or none.
+    if (s < s1) cp_async_wait<1>();
+    else cp_async_wait<0>();
     __syncthreads();
-    // Split s + ST's page ids load now, its copies go out after the products. cp.async: its slots
-    // go into this stage's (read when split s's tiles were staged), written after the scores.
+    // Split s + 2's slots into this stage's (read when split s's tiles were staged): the page
+    // id loads now, the slot is written after the scores.
     const int j = threadIdx.x;
-    const int32_t pk = (s + ST) * kSplit + j;
-    const bool fill = !kTma && s + ST <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
-    int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
-    if (kTma && d.warp == kTmaWarp && s + ST <= s1) page = box_page(s + ST);
-    dec_scores16<kTma>(d, qa, kb + b * kTile, ld, xs, kKs);
+    const int32_t pk = (s + 2) * kSplit + j;
+    const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
+    const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
+    dec_scores16(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
     if (fill)
       kslot[b * kSplit + j] =
           in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
@@ -455,16 +347,9 @@ __device__ __forceinline__ void decode_bf16(const Args& a, const KvMaps& maps) {
     bool on[2];
     dec_softmax<false>(a, d, xs, kKs, s, on, wst, &run);
     __syncthreads();
-    dec_pv16<kTma>(a, d, xs, kKs, vb + b * kTile, ld, s, on, wst, acc);
+    dec_pv16(a, d, xs, kKs, vb + b * kSplit * ld, ld, s, on, wst, acc);
     __syncthreads();
-    if (s + ST <= s1) {
-      if constexpr (kTma) {
-        if (d.warp == kTmaWarp) issue(s + ST, b, 0, page);
-      } else {
-        stage(b, 0, kSplit);
-      }
-    }
-    if (++bt == ST) bt = 0, phase ^= 1;
+    if (s + 2 <= s1) stage(b, 0, kSplit);
   }
   if (!whole) return;
   if (d.warp < 2 && d.tq == 0) st[4 * (d.gq + 8 * d.warp) + 3] = run.l;
@@ -485,57 +370,13 @@ __device__ __forceinline__ void decode_bf16(const Args& a, const KvMaps& maps) {
   }
 }
 
-template <bool kTma>
-__global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args a, const __grid_constant__ KvMaps maps) {
-  if constexpr (kTma) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    decode_bf16<true>(a, maps);
-#else
-    __trap();  // launched only where decode_maps found the sm_90a code
-#endif
-  } else {
-    decode_bf16<false>(a, maps);
-  }
-}
-
-// A bf16 decode launch of form kTma, raising its shared-memory limit on its first.
-template <bool kTma>
-void launch_decode_bf16(const Args& a, const KvMaps& maps, unsigned n_items, unsigned yblocks, bool overlap) {
-  static std::atomic<bool> ready{false};
-  constexpr size_t smem = dec_bf16_smem<kTma>();
-  if (!ready.load()) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_bf16_kernel<kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)),
-                  "attention: shared memory of ", smem, " bytes");
-    ready.store(true);
-  }
-  launch_on_stream(overlap, flash_decode_bf16_kernel<kTma>, dim3(n_items, yblocks), kDecThreads, smem, a, maps);
-}
-
 }  // namespace
 
-KvMaps decode_maps(const void* k, const void* v, int64_t pool_rows, int kv_width, int page_size, int head_dim) {
-  // TF_CUDA_ATTN_TMA=1 takes the TMA form, which was no faster than cp.async (PERFORMANCE.md).
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_ATTN_TMA");
-    return e && std::string(e) == "1" && tma_ready() && wgmma_ready();
-  }();
-  KvMaps m;
-  std::memset(&m, 0, sizeof m);  // the bytes a graphed round compares are all set
-  // A box is a page's keys or a split's, 8 or more (whole 1024-byte swizzle periods).
-  const int rows = page_size % kSplit == 0 ? kSplit : kSplit % page_size == 0 && page_size % 8 == 0 ? page_size : 0;
-  if (!on || rows == 0 || head_dim % 64 != 0 || head_dim > kChunk) return m;
-  m.k = box_map(k, kv_width, pool_rows, kv_width, rows);
-  m.v = box_map(v, kv_width, pool_rows, kv_width, rows);
-  m.rows = rows;
-  return m;
-}
-
-void launch_flash_decode(const Args& a, const KvMaps& maps, unsigned n_items, unsigned yblocks, bool overlap) {
-  static std::atomic<bool> ready_f32{false};
-  if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem(), a, n_items, yblocks);
-  else if (maps.rows > 0) launch_decode_bf16<true>(a, maps, n_items, yblocks, overlap);
-  else launch_decode_bf16<false>(a, maps, n_items, yblocks, overlap);
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap) {
+  static std::atomic<bool> ready_f32{false}, ready_bf16{false};
+  if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
+  else launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks,
+                               overlap);
 }
 
 }  // namespace tf::cuda::attn
