@@ -346,8 +346,8 @@ std::vector<Case> kernels() {
   at("L=150 8/2 hd=32 page 5", 150, attn(8, 2, 32), 5, 102);
   // One kv head for eight (a block of 8 rows x 8 heads), a window across split seams, 6 k16 steps.
   at("L=333 8/1 hd=96 window=200", 333, attn(8, 1, 96, 200), 16, 104);
-  // The bf16 decode form's TMA boxes: a page's keys (8, 32) or a split's inside a page (128), a
-  // window that starts inside a box, and a page size that divides no split (the cp.async form).
+  // Pages of fewer keys than a split (8, 32), more (128) and of a size that divides no split
+  // (24), at head dims 64 and 128, with windows that start inside a page.
   at("L=700 8/2 hd=128 window=300 page 32", 700, attn(8, 2, 128, 300), 32, 105);
   at("L=500 4/1 hd=64 window=77 page 128", 500, attn(4, 1, 64, 77), 128, 106);
   at("L=300 8/2 hd=128 page 8", 300, attn(8, 2, 128), 8, 107);
