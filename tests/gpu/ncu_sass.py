@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summary of Nsight Compute's source page (`ncu -i REP --page source --csv --print-source sass`):
-the stall reasons over all samples, executed instructions and samples by opcode, and the most
-sampled instructions. With several launches in the report only the first is read.
+the stall reasons over all samples, executed instructions and samples by opcode, the most
+sampled instructions, and the samples between block barriers. With several launches in the report
+only the first is read.
     python3 tests/gpu/ncu_sass.py ncu_sass.csv [TOP]
 """
 import collections
@@ -43,6 +44,19 @@ def first_launch(rows):
     return by_stall, op_exec, op_samp, recs
 
 
+def barrier_regions(recs):
+    """The instructions (in address order) cut at each BAR.SYNC: (address of the barrier that opens
+    the region, or None for the code before the first, samples, instructions). A warp waiting at a
+    barrier is sampled on the instructions just past it, so a region's samples hold that wait."""
+    regions = [[None, 0, 0]]
+    for samples, _, addr, sass in recs:
+        if opcode(sass) == "BAR":
+            regions.append([addr, 0, 0])
+        regions[-1][1] += samples
+        regions[-1][2] += 1
+    return [tuple(r) for r in regions]
+
+
 def main():
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 25
     try:
@@ -59,6 +73,10 @@ def main():
     print("most sampled instructions: samples, executions, address, SASS")
     for s, e, a, src in sorted(recs, reverse=True)[:top]:
         print(f"  {s:7d} {e:10d} {a[-6:]} {src[:90]}")
+    print("samples between barriers (2% or more): opening barrier, samples %, instructions")
+    for addr, s, n in barrier_regions(recs):
+        if s >= 0.02 * all_samples:
+            print(f"  {addr[-6:] if addr else 'start':>6s} {100 * s / all_samples:5.1f} {n:6d}")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ def test_first_launch_by_stall_and_opcode():
     assert op_samp["BRA"] == 10 and op_samp["FADD"] == 0
     assert max(recs)[3].startswith("@P1   BRA")
     assert ncu_sass.opcode("@!UP0 ULDC.64 UR4, c[0x0][0x118]") == "ULDC"
+    # Cut at the BAR.SYNC: the code before it, then the barrier and what follows.
+    assert ncu_sass.barrier_regions(recs) == [(None, 16, 3), ("0x7f000040", 4, 1)]
 
 
 def test_cli_prints_and_refuses_what_it_cannot_read(tmp_path):
@@ -49,7 +51,9 @@ def test_cli_prints_and_refuses_what_it_cannot_read(tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0] == "20 stall samples, 200 warp instructions executed"
     assert lines[1].split() == ["stall_barrier", "65.0%"]
-    assert lines[-2].split()[:2] == ["10", "40"] and "BRA" in lines[-2]
+    at = lines.index("samples between barriers (2% or more): opening barrier, samples %, instructions")
+    assert lines[at - 2].split()[:2] == ["10", "40"] and "BRA" in lines[at - 2]
+    assert [line.split() for line in lines[at + 1:]] == [["start", "80.0", "3"], ["000040", "20.0", "1"]]
     bad = tmp_path / "raw.csv"
     bad.write_text('"ID","Kernel Name"\n"1","k"\n')
     r = subprocess.run([sys.executable, REPO / "tests" / "gpu" / "ncu_sass.py", bad],
