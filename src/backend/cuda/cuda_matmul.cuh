@@ -110,7 +110,6 @@ struct SplitArgs {
   float* part;  // [s][M][N] partial sums (s > 1 and one block per slice)
   unsigned* counters;
   bool fold = false;  // few rows: one block walks every slice, folding each sum in slice order
-  int form = 0;  // trial: how the warpgroup tiles' last block folds (fold_form)
 };
 
 // The K split, a function of K and N only, so a row's chains never depend on the batch: the wave
@@ -296,88 +295,6 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
   if (vec && sp.s <= 5) reduce_slices_by<4, 4, 4>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
   else if (vec) reduce_slices_by<4, 1, 16>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
   else reduce_slices_by<1, 4, 8>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
-}
-
-// Trial: the warpgroup tiles' last-block fold, TF_CUDA_FOLD_FORM=0 reduce_slices, 1
-// reduce_slices_staged, 2 reduce_slices with twice the elements a pass (the same adds in the same
-// order, so the same bits).
-inline int fold_form() {
-  static const int f = [] {
-    const char* e = std::getenv("TF_CUDA_FOLD_FORM");
-    return e ? std::atoi(e) : 0;
-  }();
-  return f;
-}
-
-// reduce_slices with twice the loads in flight a thread.
-__device__ __forceinline__ void reduce_slices_wide(const SplitArgs& sp, int64_t M, int64_t N, int64_t m0, int rows,
-                                                   int64_t n0, int cols, const float* __restrict__ bias,
-                                                   float* __restrict__ y) {
-  const bool vec = N % 4 == 0 && n0 % 4 == 0 && cols % 4 == 0 &&
-                   (reinterpret_cast<uintptr_t>(sp.part) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
-  if (vec && sp.s <= 5) reduce_slices_by<4, 8, 4>(sp, M, N, M, m0, rows, n0, cols, bias, y, nullptr);
-  else if (vec) reduce_slices_by<4, 2, 16>(sp, M, N, M, m0, rows, n0, cols, bias, y, nullptr);
-  else reduce_slices(sp, M, N, m0, rows, n0, cols, bias, y);
-}
-
-// reduce_slices for a block of kCols-column tiles whose shared memory is free (stage_f4 float4s at
-// stage): every slice's partials of a few rows are copied in by cp.async at once, into half the
-// room while the other half is summed, so the last block holds many more bytes in flight than its
-// registers allow. Each element is added in slice order, then the bias, as reduce_slices does.
-// Needs aligned fours of columns and room for a row of every slice in half the stage; otherwise
-// reduce_slices runs. A warp copies a (row, slice) line at a time, so no copy divides.
-template <int kCols>
-__device__ __forceinline__ void reduce_slices_staged(const SplitArgs& sp, int64_t M, int64_t N, int64_t m0,
-                                                     int rows, int64_t n0, const float* __restrict__ bias,
-                                                     float* __restrict__ y, float4* stage, int stage_f4) {
-  constexpr int cv = kCols / 4;
-  const int S = sp.s, per_row = cv * S, half = stage_f4 / 2;
-  const bool vec = N % 4 == 0 && n0 % 4 == 0 &&
-                   (reinterpret_cast<uintptr_t>(sp.part) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
-  if (!vec || per_row > half || rows <= 0) {
-    reduce_slices(sp, M, N, m0, rows, n0, kCols, bias, y);
-    return;
-  }
-  const int rpc = rows < half / per_row ? rows : half / per_row, chunks = (rows + rpc - 1) / rpc;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  // Chunk c's rows, [row][slice][four] in half c % 2 (lines past M and fours past N left unread).
-  auto issue = [&](int c) {
-    float4* buf = stage + (c & 1) * half;
-    const int r0 = c * rpc, nr = rows - r0 < rpc ? rows - r0 : rpc;
-    for (int l = warp; l < nr * S; l += warps) {
-      const int rr = l / S, s = l - rr * S;
-      const int64_t r = m0 + r0 + rr;
-      if (r >= M) continue;
-      const float* src = sp.part + (s * M + r) * N + n0;
-      for (int q = lane; q < cv; q += 32)
-        if (n0 + 4 * q < N) cp_async16(buf + l * cv + q, src + 4 * q, true);
-    }
-    cp_async_commit();
-  };
-  issue(0);
-  for (int c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) issue(c + 1);
-    else cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const float4* buf = stage + (c & 1) * half;
-    const int r0 = c * rpc, nr = rows - r0 < rpc ? rows - r0 : rpc;
-    for (int i = threadIdx.x; i < nr * cv; i += static_cast<int>(blockDim.x)) {
-      const int rr = i / cv, q = i % cv;
-      const int64_t r = m0 + r0 + rr, c4 = n0 + 4 * q;
-      if (r >= M || c4 >= N) continue;
-      const float4* p = buf + rr * per_row + q;
-      float4 t = p[0];
-      for (int s = 1; s < S; ++s) {
-        const float4 v = p[s * cv];
-        t.x = __fadd_rn(t.x, v.x), t.y = __fadd_rn(t.y, v.y), t.z = __fadd_rn(t.z, v.z), t.w = __fadd_rn(t.w, v.w);
-      }
-      if (bias) t.x = __fadd_rn(t.x, bias[c4]), t.y = __fadd_rn(t.y, bias[c4 + 1]),
-                t.z = __fadd_rn(t.z, bias[c4 + 2]), t.w = __fadd_rn(t.w, bias[c4 + 3]);
-      *reinterpret_cast<float4*>(y + r * N + c4) = t;
-    }
-    __syncthreads();  // the next issue refills this half
-  }
 }
 
 // hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is

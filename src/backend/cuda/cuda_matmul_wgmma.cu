@@ -114,7 +114,6 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
       auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo, NA, decltype(full)::value, decltype(yt)::value,
                             decltype(fixed)::value, decltype(tma)::value>;
       const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
-      sp.form = kGrid ? fold_form() : 0;
       WgMaps maps{};
       if constexpr (decltype(tma)::value) {
         x_maps(maps, xh, kXLo, x.rows, Kp, 64 * WG);
@@ -318,7 +317,6 @@ template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
 void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Tensor& x, WgMulti& ma) {
   const int64_t M = x.rows;
   if (kGrid) carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
-  for (int i = 0; i < ma.n; ++i) ma.sp[i].form = kGrid ? fold_form() : 0;
   unsigned blocks = 0;
   for (int i = 0; i < ma.n; ++i) {
     ma.blocks[i] = ma.tiles[i] * (kGrid ? static_cast<unsigned>(ma.sp[i].s) : 1u);

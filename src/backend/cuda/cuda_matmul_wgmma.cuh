@@ -277,13 +277,8 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       store_pair(out + r * N, c, N, v0, v1);
     }
   const int rv = static_cast<int>(M - m0 < BM ? M - m0 : BM);
-  if (partial && arrive_last(sp.counters + blockIdx.y * tiles_x + bx, sp.s)) {
-    // Every stage has landed and been read, so the stages' room holds the partials.
-    if (sp.form == 1) reduce_slices_staged<BN>(sp, M, N, m0, rv, n0, bias, y, reinterpret_cast<float4*>(smem),
-                                               ST * kStage * 2 / 16);
-    else if (sp.form == 2) reduce_slices_wide(sp, M, N, m0, rv, n0, BN, bias, y);
-    else reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
-  }
+  if (partial && arrive_last(sp.counters + blockIdx.y * tiles_x + bx, sp.s))
+    reduce_slices(sp, M, N, m0, rv, n0, BN, bias, y);
 #else
   __trap();  // launched only where wgmma_ready() found the sm_90a code
 #endif
