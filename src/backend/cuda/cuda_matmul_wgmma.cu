@@ -97,7 +97,7 @@ constexpr int wg_smem(int WG, int BN, int ST, bool xlo = true, int NA = 1) {
   return ST * ((xlo ? 2 : 1) * 64 * WG + BN) * kSwzRow * NA * 2 + 1024;
 }
 
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1, int kAh = 0>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
 void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
             const CudaWeight& w, const float* bias, Tensor y, SplitArgs sp, CudaBackend& be) {
   constexpr int kSmem = wg_smem(WG, BN, ST, kXLo, NA);
@@ -112,7 +112,7 @@ void launch(const uint16_t* xh, const uint16_t* xl, int64_t Kp, const Tensor& x,
     with_flag<kYTotForm>(sp.s == 1 || ytot, [&](auto yt) {
       static bool raised = false;  // one attribute call per instantiation
       auto kern = wg_matmul<WG, WN, BN, ST, kGrid, false, kXLo, NA, decltype(full)::value, decltype(yt)::value,
-                            decltype(fixed)::value, decltype(tma)::value, kAh>;
+                            decltype(fixed)::value, decltype(tma)::value>;
       const dim3 grid = tile_grid<kGrid>(be, kern, raised, kSmem, 64 * WG, BN, x, y, sp);
       WgMaps maps{};
       if constexpr (decltype(tma)::value) {
@@ -161,15 +161,6 @@ void with_c_stages(F f) {
   else f(integral_constant<int, 4>{}, integral_constant<int, 2>{});
 }
 
-// Trial: tile c keeps ST - 1 stages in flight (TF_CUDA_WG_AHEAD=1), waiting on each stage's mma.
-bool c_ahead() {
-  static const bool on = [] {
-    const char* e = std::getenv("TF_CUDA_WG_AHEAD");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-
 template <bool kGrid, bool kXLo>
 void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, const Tensor& x,
                  const CudaWeight& w, const float* bias, Tensor y, const SplitArgs& sp,
@@ -184,9 +175,7 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
       break;
     default:
       with_c_stages<kXLo>([&](auto st, auto na) {
-        constexpr int ST = decltype(st)::value, NA = decltype(na)::value;
-        if (c_ahead()) launch<1, 2, 128, ST, kGrid, kXLo, NA, ST - 1>(hi, lo, Kp, x, w, bias, y, sp, be);
-        else launch<1, 2, 128, ST, kGrid, kXLo, NA>(hi, lo, Kp, x, w, bias, y, sp, be);
+        launch<1, 2, 128, decltype(st)::value, kGrid, kXLo, decltype(na)::value>(hi, lo, Kp, x, w, bias, y, sp, be);
       });
       break;
   }
@@ -324,7 +313,7 @@ namespace {
 
 // One launch of the matmuls in ma: WG x WN warpgroups of BN columns; kGrid: slices as blocks
 // (partials carved from scratch), else each block folds its output's slices in place.
-template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1, int kAh = 0>
+template <int WG, int WN, int BN, int ST, bool kGrid, bool kXLo, int NA = 1>
 void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Tensor& x, WgMulti& ma) {
   const int64_t M = x.rows;
   if (kGrid) carve_partials(be, M, ma.n, [&](int i) { return SplitOut{&ma.sp[i], ma.N[i], ma.tiles[i]}; });
@@ -337,7 +326,7 @@ void launch_multi_tile(CudaBackend& be, const uint16_t* hi, int64_t Kp, const Te
   with_full_fixed<NA>(x.cols, tile_letter(WG, WN), [&](auto full, auto fixed, auto tma) {
     static bool raised = false;  // one attribute call per instantiation
     auto kern = wg_matmul<WG, WN, BN, ST, kGrid, true, kXLo, NA, decltype(full)::value, false, decltype(fixed)::value,
-                          decltype(tma)::value, kAh>;
+                          decltype(tma)::value>;
     if (!raised) {
       TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                     "matmul: shared memory limit");
@@ -375,9 +364,7 @@ void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
     constexpr bool L = decltype(xlo)::value;
     if (M <= 64) {
       with_c_stages<L>([&](auto st, auto na) {
-        constexpr int ST = decltype(st)::value, NA = decltype(na)::value;
-        if (c_ahead()) launch_multi_tile<1, 2, BN, ST, true, L, NA, ST - 1>(be, hi, Kp, x, ma);
-        else launch_multi_tile<1, 2, BN, ST, true, L, NA>(be, hi, Kp, x, ma);
+        launch_multi_tile<1, 2, BN, decltype(st)::value, true, L, decltype(na)::value>(be, hi, Kp, x, ma);
       });
     } else {
       launch_multi_tile<2, 1, BN, L ? 4 : 6, false, L>(be, hi, Kp, x, ma);

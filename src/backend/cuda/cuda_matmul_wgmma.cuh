@@ -49,7 +49,7 @@ struct WgMaps {
 // kTma: one thread fills each stage by TMA boxes from maps (zeros past M, N or K), counted on the
 // stage's mbarrier, instead of every thread's cp.async copies.
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true, int NA = 1,
-          bool kFull = false, bool kYTot = false, bool kFixed = false, bool kTma = false, int kAh = 0>
+          bool kFull = false, bool kYTot = false, bool kFixed = false, bool kTma = false>
 __global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
@@ -70,10 +70,6 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   constexpr int BK = NA * kSwzRow, BM = 64 * WG, NB = BN / WN, kThreads = WG * WN * 128;
   constexpr int XP = kXLo ? 2 : 1, kStage = (XP * BM + BN) * BK;
   static_assert(ST >= 3, "a stage is refilled two stages after its mma were issued");
-  // Stages in flight ahead of the one being multiplied: ST - 2, or ST - 1 (kAh) where each stage's
-  // mma are waited for before the next stage's copies go out.
-  constexpr int AH = kAh ? kAh : ST - 2;
-  static_assert(AH == ST - 2 || AH == ST - 1, "a stage is refilled once its mma retired");
   extern __shared__ __align__(16) uint16_t smem_raw[];
   // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -171,10 +167,10 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
     }
     __syncthreads();
     if (tid == 0)
-      for (int t = 0; t < AH && t < tiles; ++t) issue(t);
+      for (int t = 0; t < ST - 2 && t < tiles; ++t) issue(t);
   } else {
 #pragma unroll
-    for (int t = 0; t < AH; ++t) {
+    for (int t = 0; t < ST - 2; ++t) {
       if (t < tiles) {
         if constexpr (kFull && kFixed) load_full(t);
         else load(t);
@@ -199,16 +195,16 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
         mbar_wait(bar0 + 8 * (t % ST), static_cast<unsigned>(t / ST) & 1u);
         // Every warpgroup has retired the mma of stage t - 2, which the next boxes refill.
         __syncthreads();
-        if (tid == 0 && t + AH < tiles) issue(t + AH);
+        if (tid == 0 && t + ST - 2 < tiles) issue(t + ST - 2);
       } else {
-        cp_async_wait<AH - 1>();
+        cp_async_wait<ST - 3>();
         fence_proxy_async();  // cp.async data to wgmma
         // Stage t has landed, and every warpgroup has retired the mma of stage t - 2, which the
         // next copies refill.
         __syncthreads();
-        if (t + AH < tiles) {
-          if constexpr (kFull && kFixed) load_full(t + AH);
-          else load(t + AH);
+        if (t + ST - 2 < tiles) {
+          if constexpr (kFull && kFixed) load_full(t + ST - 2);
+          else load(t + ST - 2);
         }
         cp_async_commit();
       }
@@ -234,7 +230,7 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       else if (left <= 64) steps(std::integral_constant<int, 4>{});
       else steps(std::integral_constant<int, 6>{});
       wgmma_commit();
-      wgmma_wait<ST - 1 - AH>();
+      wgmma_wait<1>();
     }
     wgmma_wait<0>();
     if (kGrid) break;
