@@ -200,8 +200,9 @@ std::vector<Case> kernels() {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 1000, 8192, 1100,
                                     {1, 16, 17, 64, 65, 300, 1100}, true, 19);
                }});
-  // 128 x 256 blocks of tile e where forced (TF_CUDA_WG_TILE=e, bf16): three slices folded through
-  // y, the last one shorter, and M and N ending inside a block.
+  // Three slices, the last one shorter, M and N ending inside a block: at 1,040 rows (bf16) tile e's
+  // 128-column blocks fold them in registers, or where forced (TF_CUDA_WG_TILE=e) its 128 x 256
+  // blocks through y.
   v.push_back({"matmul BF16 1040x4096x4360 128 x 256 blocks folding three slices (sampled m)",
                [](Backend& g, Backend& c) {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 4096, 4360, 1040,

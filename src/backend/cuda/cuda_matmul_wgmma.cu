@@ -195,23 +195,34 @@ bool ws_takes(int64_t M, int64_t N, int slices) {
   return slices == 1 && blocks >= kTargetBlocks / 4;
 }
 
-// Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp.
-template <bool kGlu>
+// Whether tile e's 128-column form, whose running total stays in registers, takes a folding launch
+// of M x N in `slices` slices: more than one slice, and its blocks enough for a quarter of the
+// target (TF_CUDA_WG_WSH=0: never, for side-by-side timing).
+bool ws_half_takes(int64_t M, int64_t N, int slices) {
+  static const bool off = env_zero("TF_CUDA_WG_WSH");
+  const int64_t blocks = (M + kWsRows - 1) / kWsRows * ((N + kWsCols / 2 - 1) / (kWsCols / 2));
+  return !off && slices > 1 && blocks >= kTargetBlocks / 4;
+}
+
+// Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp; kCols
+// of 128 holds the fold's total in registers.
+template <bool kGlu, int kCols = kWsCols>
 void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const CudaWeight* up,
                int act, const float* bias, Tensor y, const SplitArgs& sp, uint16_t* yh = nullptr) {
   static bool raised = false;
   if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu>, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem()),
+    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       ws_smem(kCols)),
                   "matmul: shared memory limit");
     raised = true;
   }
-  constexpr int kBn = ws_out_cols<kGlu>();
+  constexpr int kBn = kGlu ? ws_out_cols<kGlu>() : kCols;
   const int64_t M = x.rows, N = y.cols;
   const unsigned blocks = static_cast<unsigned>((M + kWsRows - 1) / kWsRows * ((N + kBn - 1) / kBn));
   const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kBn);
   const CUtensorMap um = kGlu ? box_map(up->data, x.cols, N, x.cols, kBn) : wm;
-  launch_kernel_whole(ws_matmul<kGlu>, dim3(blocks), dim3(kWsThreads), ws_smem(), M, x.cols, bias, y.data, N, sp,
-                      xm, wm, um, act, yh);
+  launch_kernel_whole(ws_matmul<kGlu, kCols>, dim3(blocks), dim3(kWsThreads), ws_smem(kCols), M, x.cols, bias,
+                      y.data, N, sp, xm, wm, um, act, yh);
 }
 
 // A tile letter a.. from variable `name` as 0.., "0" as -2, unset or anything else as -1.
@@ -256,6 +267,10 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
   if (fold && ws_ok && M > 64 && pin < 0 && ws_takes(M, y.cols, sp.s)) {
     launch_ws<false>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
+    return true;
+  }
+  if (fold && ws_ok && M > 64 && pin < 0 && ws_half_takes(M, y.cols, sp.s)) {
+    launch_ws<false, kWsCols / 2>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   with_xlo(be, [&](auto xlo) {

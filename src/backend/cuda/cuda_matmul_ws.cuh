@@ -1,10 +1,10 @@
 #pragma once
 // The warp-specialized warpgroup matmul (tile e): prefill-sized products under --matmul-input bf16
 // with K a multiple of 64. One producer thread fills the stages by TMA; two consumer warpgroups each
-// take 64 rows by 256 columns with m64n256k16 wgmma and hand a stage back on its empty mbarrier as
-// soon as their mma have read it, so no barrier of the whole block stands between stages. Each
-// wgmma reads one k16 step of the order rule (cuda_matmul.cuh) in k order, so the chains, hence
-// the bits, are matmul's. Included by cuda_matmul_wgmma.cu alone.
+// take 64 rows by 256 (or 128) columns with m64nNk16 wgmma and hand a stage back on its empty
+// mbarrier as soon as their mma have read it, so no barrier of the whole block stands between
+// stages. Each wgmma reads one k16 step of the order rule (cuda_matmul.cuh) in k order, so the
+// chains, hence the bits, are matmul's. Included by cuda_matmul_wgmma.cu alone.
 #include <cstdint>
 
 #include "backend/cuda/cuda_hopper.cuh"
@@ -23,47 +23,55 @@ constexpr int kWsGroup = 8;
 // How many 8-column groups of running totals a consumer thread loads at once when it folds a slice.
 constexpr int kWsFoldChunk = 8;
 
-constexpr int ws_smem() { return kWsStages * (kWsRows + kWsCols) * kSwzRow * 2 + 1024; }
+// Stages of a block kCols wide: the 128-column form's stages are two thirds the size, so it keeps six.
+__host__ __device__ constexpr int ws_stages(int cols) { return cols == kWsCols ? kWsStages : 6; }
+
+constexpr int ws_smem(int cols = kWsCols) { return ws_stages(cols) * (kWsRows + cols) * kSwzRow * 2 + 1024; }
 
 // The columns of y a block writes: kGlu's 256 products are 128 of gate and the same 128 of up.
 template <bool kGlu>
 __host__ __device__ constexpr int ws_out_cols() { return kGlu ? kWsCols / 2 : kWsCols; }
 
 // y (M x N, f32) = x (M x K, bf16 plane xh, rows Kp apart) times w (N x K, bf16), K % 64 == 0. A
-// block computes a 128 x 256 tile; slices of sp.ks end each chain, folded into y in slice order
-// (y holds the running total), then the bias. maps: x in boxes of 128 rows, w of 256.
+// block computes a 128 x kCols tile; slices of sp.ks end each chain, folded in slice order into a
+// running total, then the bias. With 256 columns the total lives in y (a consumer's 128
+// accumulators leave no room for it); with 128 it lives in registers and y is written once.
+// maps: x in boxes of 128 rows, w of kCols.
 // kGlu: y = act(x gate^T) * (x up^T) as act_mul computes it, gate in wmap and up in umap (boxes of
 // 128 rows each, one slice, no bias); act is act_value's code. With yh set (N even) it goes there
 // instead, as the bf16 plane split_x would make of y (rows N apart).
-template <bool kGlu>
+template <bool kGlu, int kCols = kWsCols>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_matmul(int64_t M, int64_t K, const float* __restrict__ bias, float* __restrict__ y, int64_t N,
               SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
               const __grid_constant__ CUtensorMap umap, int act, uint16_t* __restrict__ yh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(kCols == kWsCols || (!kGlu && kCols == kWsCols / 2), "256 columns, or 128 without the glu");
+  constexpr bool kRegTot = kCols < kWsCols;
+  constexpr int kSt = ws_stages(kCols);
   grid_wait();
   grid_launch_next();
-  constexpr int kX = kWsRows * kSwzRow, kStage = (kWsRows + kWsCols) * kSwzRow;
+  constexpr int kX = kWsRows * kSwzRow, kStage = (kWsRows + kCols) * kSwzRow;
   extern __shared__ __align__(16) uint16_t smem_raw[];
   // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint16_t* smem = smem_raw + (1024 - raw % 1024) % 1024 / 2;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  __shared__ __align__(8) uint64_t bars[2 * kWsStages];  // full, then empty
-  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty0 = full0 + 8 * kWsStages;
+  __shared__ __align__(8) uint64_t bars[2 * kSt];  // full, then empty
+  const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty0 = full0 + 8 * kSt;
   const int tid = threadIdx.x;
   // Block b: groups of kWsGroup column tiles, each walked row tile by row tile.
-  constexpr int kBn = ws_out_cols<kGlu>();
+  constexpr int kBn = kGlu ? ws_out_cols<kGlu>() : kCols;
   const int64_t rows_t = (M + kWsRows - 1) / kWsRows, cols_t = (N + kBn - 1) / kBn;
   const int64_t b = blockIdx.x, per_group = kWsGroup * rows_t, g = b / per_group, in = b % per_group;
   const int64_t width = cols_t - g * kWsGroup < kWsGroup ? cols_t - g * kWsGroup : kWsGroup;
   const int64_t m0 = in / width * kWsRows, n0 = (g * kWsGroup + in % width) * kBn;
   const int tiles = static_cast<int>(K / kSwzRow), per_slice = static_cast<int>(sp.ks / kSwzRow);
   // Whole blocks with 8-byte aligned pairs fold and store by pairs; the edges pair by pair, checked.
-  const bool inside = m0 + kWsRows <= M && n0 + kWsCols <= N && N % 2 == 0 &&
+  const bool inside = m0 + kWsRows <= M && n0 + kCols <= N && N % 2 == 0 &&
                       reinterpret_cast<uintptr_t>(y) % 8 == 0 && reinterpret_cast<uintptr_t>(bias) % 8 == 0;
   if (tid == 0) {
-    for (int i = 0; i < kWsStages; ++i) {
+    for (int i = 0; i < kSt; ++i) {
       mbar_init(full0 + 8 * i, 1);
       mbar_init(empty0 + 8 * i, 8);  // each consumer warp's lane 0
     }
@@ -72,11 +80,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();
   if (tid >= 256) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    // The producer: stage t % kWsStages once the consumers handed back its use t - kWsStages.
+    // The producer: stage t % kSt once the consumers handed back its use t - kSt.
     if (tid == 256) {
       for (int t = 0; t < tiles; ++t) {
-        const int s = t % kWsStages;
-        if (t >= kWsStages) mbar_wait(empty0 + 8 * s, static_cast<unsigned>(t / kWsStages - 1) & 1u);
+        const int s = t % kSt;
+        if (t >= kSt) mbar_wait(empty0 + 8 * s, static_cast<unsigned>(t / kSt - 1) & 1u);
         const uint32_t so = sbase + 2 * s * kStage, bar = full0 + 8 * s;
         mbar_expect(bar, 2 * kStage);
         tma_box(so, &xmap, t * kSwzRow, static_cast<int>(m0), bar);
@@ -89,29 +97,59 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
   const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + 2 * (lane % 4);
-  float acc[kWsCols / 2];
+  float acc[kCols / 2], tot[kRegTot ? kCols / 2 : 1];
 #pragma unroll
-  for (int i = 0; i < kWsCols / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kCols / 2; ++i) acc[i] = 0.0f;
   // Slice by slice: no code reads acc between a slice's mma, so they are issued without fences.
   for (int t0 = 0; t0 < tiles; t0 += per_slice) {
     const int tend = t0 + per_slice < tiles ? t0 + per_slice : tiles;
     for (int t = t0; t < tend; ++t) {
-      const int s = t % kWsStages;
-      mbar_wait(full0 + 8 * s, static_cast<unsigned>(t / kWsStages) & 1u);
+      const int s = t % kSt;
+      mbar_wait(full0 + 8 * s, static_cast<unsigned>(t / kSt) & 1u);
       const uint16_t* st = smem + s * kStage;
       const uint16_t *a = st + 64 * wg * kSwzRow, *bw = st + kX;
       wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kSwzRow / 16; ++j) wgmma_bf16<kWsCols>(acc, swz_desc(a + 16 * j), swz_desc(bw + 16 * j));
+      for (int j = 0; j < kSwzRow / 16; ++j) wgmma_bf16<kCols>(acc, swz_desc(a + 16 * j), swz_desc(bw + 16 * j));
       wgmma_commit();
       // The mma of stage t - 1 are done: hand it back.
       wgmma_wait<1>();
-      if (t > t0 && lane == 0) mbar_arrive(empty0 + 8 * ((t - 1) % kWsStages));
+      if (t > t0 && lane == 0) mbar_arrive(empty0 + 8 * ((t - 1) % kSt));
     }
     wgmma_wait<0>();
-    if (lane == 0) mbar_arrive(empty0 + 8 * ((tend - 1) % kWsStages));
-    // The slice ended: its chain joins the running total in y, in slice order, then the bias.
+    if (lane == 0) mbar_arrive(empty0 + 8 * ((tend - 1) % kSt));
+    // The slice ended: its chain joins the running total, in slice order, then the bias.
     const bool first = t0 == 0, last = tend == tiles;
+    if constexpr (kRegTot) {
+#pragma unroll
+      for (int i = 0; i < kCols / 2; ++i) {
+        tot[i] = first ? acc[i] : __fadd_rn(tot[i], acc[i]);
+        acc[i] = 0.0f;
+      }
+      if (!last) continue;
+#pragma unroll
+      for (int j = 0; j < kCols / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = r0 + 8 * h, c = c0 + 8 * j;
+          float v0 = tot[4 * j + 2 * h], v1 = tot[4 * j + 2 * h + 1];
+          if (inside) {
+            if (bias) {
+              const float2 b2 = *reinterpret_cast<const float2*>(bias + c);
+              v0 = __fadd_rn(v0, b2.x), v1 = __fadd_rn(v1, b2.y);
+            }
+            *reinterpret_cast<float2*>(y + r * N + c) = make_float2(v0, v1);
+            continue;
+          }
+          if (r >= M || c >= N) continue;
+          if (bias) {
+            v0 = __fadd_rn(v0, bias[c]);
+            if (c + 1 < N) v1 = __fadd_rn(v1, bias[c + 1]);
+          }
+          store_pair(y + r * N, c, N, v0, v1);
+        }
+      continue;
+    }
     if constexpr (kGlu) {
       // Columns j < 16 of the accumulators are gate's, j + 16 up's at the same output column.
 #pragma unroll
@@ -133,7 +171,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         // The totals of a chunk of columns are loaded together, so their reads wait on L2 once a
         // chunk; the empty asm keeps the chunks' loads apart, within the registers.
 #pragma unroll
-        for (int j0 = 0; j0 < kWsCols / 8; j0 += kWsFoldChunk) {
+        for (int j0 = 0; j0 < kCols / 8; j0 += kWsFoldChunk) {
           float2 prev[kWsFoldChunk][2];
 #pragma unroll
           for (int j = 0; j < kWsFoldChunk; ++j)
@@ -152,7 +190,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       if (last && bias) {
 #pragma unroll
-        for (int j = 0; j < kWsCols / 8; ++j)
+        for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const float2 b2 = *reinterpret_cast<const float2*>(bias + c0 + 8 * j);
@@ -161,17 +199,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           }
       }
 #pragma unroll
-      for (int j = 0; j < kWsCols / 8; ++j)
+      for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           *reinterpret_cast<float2*>(y + (r0 + 8 * h) * N + c0 + 8 * j) =
               make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 #pragma unroll
-      for (int i = 0; i < kWsCols / 2; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < kCols / 2; ++i) acc[i] = 0.0f;
       continue;
     }
 #pragma unroll
-    for (int j = 0; j < kWsCols / 8; ++j)
+    for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t r = r0 + 8 * h, c = c0 + 8 * j;
