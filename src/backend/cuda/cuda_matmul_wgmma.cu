@@ -195,22 +195,17 @@ bool ws_takes(int64_t M, int64_t N, int slices) {
   return slices == 1 && blocks >= kTargetBlocks / 4;
 }
 
-// The width of tile e's form whose running total stays in registers that takes a folding launch of
-// M x N in `slices` slices, or 0: more than one slice, and its blocks enough for a quarter of the
-// target (TF_CUDA_WG_WSH=0|128|192: never, or that width, for side-by-side timing).
-int ws_reg_cols(int64_t M, int64_t N, int slices) {
-  static const int cols = [] {
-    const char* e = std::getenv("TF_CUDA_WG_WSH");
-    const std::string v = e ? e : "";
-    return v == "0" ? 0 : v == "192" ? 192 : 128;
-  }();
-  if (cols == 0 || slices < 2) return 0;
-  const int64_t blocks = (M + kWsRows - 1) / kWsRows * ((N + cols - 1) / cols);
-  return blocks >= kTargetBlocks / 4 ? cols : 0;
+// Whether tile e's 128-column form, whose running total stays in registers, takes a folding launch
+// of M x N in `slices` slices: more than one slice, and its blocks enough for a quarter of the
+// target (TF_CUDA_WG_WSH=0: never, for side-by-side timing).
+bool ws_half_takes(int64_t M, int64_t N, int slices) {
+  static const bool off = env_zero("TF_CUDA_WG_WSH");
+  const int64_t blocks = (M + kWsRows - 1) / kWsRows * ((N + kWsCols / 2 - 1) / (kWsCols / 2));
+  return !off && slices > 1 && blocks >= kTargetBlocks / 4;
 }
 
 // Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp; kCols
-// of 128 or 192 holds the fold's total in registers.
+// of 128 holds the fold's total in registers.
 template <bool kGlu, int kCols = kWsCols>
 void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const CudaWeight* up,
                int act, const float* bias, Tensor y, const SplitArgs& sp, uint16_t* yh = nullptr) {
@@ -274,9 +269,8 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
     launch_ws<false>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
-  if (const int rc = fold && ws_ok && M > 64 && pin < 0 ? ws_reg_cols(M, y.cols, sp.s) : 0) {
-    if (rc == 192) launch_ws<false, 192>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
-    else launch_ws<false, 128>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
+  if (fold && ws_ok && M > 64 && pin < 0 && ws_half_takes(M, y.cols, sp.s)) {
+    launch_ws<false, kWsCols / 2>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   with_xlo(be, [&](auto xlo) {

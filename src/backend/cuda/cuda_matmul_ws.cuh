@@ -1,7 +1,7 @@
 #pragma once
 // The warp-specialized warpgroup matmul (tile e): prefill-sized products under --matmul-input bf16
 // with K a multiple of 64. One producer thread fills the stages by TMA; two consumer warpgroups each
-// take 64 rows by 256 (or 192, or 128) columns with m64nNk16 wgmma and hand a stage back on its empty
+// take 64 rows by 256 (or 128) columns with m64nNk16 wgmma and hand a stage back on its empty
 // mbarrier as soon as their mma have read it, so no barrier of the whole block stands between
 // stages. Each wgmma reads one k16 step of the order rule (cuda_matmul.cuh) in k order, so the
 // chains, hence the bits, are matmul's. Included by cuda_matmul_wgmma.cu alone.
@@ -23,8 +23,8 @@ constexpr int kWsGroup = 8;
 // How many 8-column groups of running totals a consumer thread loads at once when it folds a slice.
 constexpr int kWsFoldChunk = 8;
 
-// Stages of a block kCols wide: the narrower forms' stages are smaller, so they keep more.
-__host__ __device__ constexpr int ws_stages(int cols) { return cols == kWsCols ? kWsStages : cols == 192 ? 5 : 6; }
+// Stages of a block kCols wide: the 128-column form's stages are two thirds the size, so it keeps six.
+__host__ __device__ constexpr int ws_stages(int cols) { return cols == kWsCols ? kWsStages : 6; }
 
 constexpr int ws_smem(int cols = kWsCols) { return ws_stages(cols) * (kWsRows + cols) * kSwzRow * 2 + 1024; }
 
@@ -35,7 +35,7 @@ __host__ __device__ constexpr int ws_out_cols() { return kGlu ? kWsCols / 2 : kW
 // y (M x N, f32) = x (M x K, bf16 plane xh, rows Kp apart) times w (N x K, bf16), K % 64 == 0. A
 // block computes a 128 x kCols tile; slices of sp.ks end each chain, folded in slice order into a
 // running total, then the bias. With 256 columns the total lives in y (a consumer's 128
-// accumulators leave no room for it); with 128 or 192 it lives in registers and y is written once.
+// accumulators leave no room for it); with 128 it lives in registers and y is written once.
 // maps: x in boxes of 128 rows, w of kCols.
 // kGlu: y = act(x gate^T) * (x up^T) as act_mul computes it, gate in wmap and up in umap (boxes of
 // 128 rows each, one slice, no bias); act is act_value's code. With yh set (N even) it goes there
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
               SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
               const __grid_constant__ CUtensorMap umap, int act, uint16_t* __restrict__ yh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(kCols == kWsCols || (!kGlu && (kCols == 128 || kCols == 192)), "256 columns, or 128 or 192 without the glu");
+  static_assert(kCols == kWsCols || (!kGlu && kCols == kWsCols / 2), "256 columns, or 128 without the glu");
   constexpr bool kRegTot = kCols < kWsCols;
   constexpr int kSt = ws_stages(kCols);
   grid_wait();
