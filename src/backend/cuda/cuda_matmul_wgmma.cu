@@ -206,14 +206,13 @@ bool ws_half_takes(int64_t M, int64_t N, int slices) {
 
 // Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp; kCols
 // of 128 holds the fold's total in registers.
-template <bool kGlu, int kCols = kWsCols, int kStages = 0>
+template <bool kGlu, int kCols = kWsCols>
 void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const CudaWeight* up,
                int act, const float* bias, Tensor y, const SplitArgs& sp, uint16_t* yh = nullptr) {
-  constexpr int kSm = kStages ? kStages * (kWsRows + kCols) * kSwzRow * 2 + 1024 : ws_smem(kCols);
   static bool raised = false;
   if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu, kCols, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kSm),
+    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       ws_smem(kCols)),
                   "matmul: shared memory limit");
     raised = true;
   }
@@ -222,7 +221,7 @@ void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight
   const unsigned blocks = static_cast<unsigned>((M + kWsRows - 1) / kWsRows * ((N + kBn - 1) / kBn));
   const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kBn);
   const CUtensorMap um = kGlu ? box_map(up->data, x.cols, N, x.cols, kBn) : wm;
-  launch_kernel_whole(ws_matmul<kGlu, kCols, kStages>, dim3(blocks), dim3(kWsThreads), kSm, M, x.cols, bias,
+  launch_kernel_whole(ws_matmul<kGlu, kCols>, dim3(blocks), dim3(kWsThreads), ws_smem(kCols), M, x.cols, bias,
                       y.data, N, sp, xm, wm, um, act, yh);
 }
 
@@ -271,14 +270,7 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
     return true;
   }
   if (fold && ws_ok && M > 64 && pin < 0 && ws_half_takes(M, y.cols, sp.s)) {
-    // Trial: TF_CUDA_WS_ST=5|7 stages for the 128-column form.
-    static const int st = [] {
-      const char* e = std::getenv("TF_CUDA_WS_ST");
-      return e ? std::atoi(e) : 0;
-    }();
-    if (st == 7) launch_ws<false, kWsCols / 2, 7>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
-    else if (st == 5) launch_ws<false, kWsCols / 2, 5>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
-    else launch_ws<false, kWsCols / 2>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
+    launch_ws<false, kWsCols / 2>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   with_xlo(be, [&](auto xlo) {

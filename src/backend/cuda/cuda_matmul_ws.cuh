@@ -40,7 +40,7 @@ __host__ __device__ constexpr int ws_out_cols() { return kGlu ? kWsCols / 2 : kW
 // kGlu: y = act(x gate^T) * (x up^T) as act_mul computes it, gate in wmap and up in umap (boxes of
 // 128 rows each, one slice, no bias); act is act_value's code. With yh set (N even) it goes there
 // instead, as the bf16 plane split_x would make of y (rows N apart).
-template <bool kGlu, int kCols = kWsCols, int kStages = 0>
+template <bool kGlu, int kCols = kWsCols>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_matmul(int64_t M, int64_t K, const float* __restrict__ bias, float* __restrict__ y, int64_t N,
               SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kCols == kWsCols || (!kGlu && kCols == kWsCols / 2), "256 columns, or 128 without the glu");
   constexpr bool kRegTot = kCols < kWsCols;
-  constexpr int kSt = kStages ? kStages : ws_stages(kCols);
+  constexpr int kSt = ws_stages(kCols);
   grid_wait();
   grid_launch_next();
   constexpr int kX = kWsRows * kSwzRow, kStage = (kWsRows + kCols) * kSwzRow;
