@@ -33,7 +33,7 @@ check)
   # Every attention launch form in bf16 mode (run_checks.sh runs them at f32), all at once.
   i=0
   for form in "TF_CUDA_FLASH=0" "TF_CUDA_FLASH_SPLIT=1" "TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_FLASH_SPLIT=3" \
-              "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1" "TF_CUDA_FLASH_WG=0" \
+              "TF_CUDA_FLASH_DECODE=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_HPB=1" "TF_CUDA_FLASH_WG=0" "TF_CUDA_FLASH_WG2=0" \
               "TF_CUDA_FLASH_WG=0 TF_CUDA_FLASH_SPLIT=2" "TF_CUDA_ATTN_WHOLE=0" "TF_CUDA_ATTN_WHOLE=1" \
               "TF_CUDA_ATTN_WHOLE=0 TF_CUDA_FLASH_SPLIT=2"; do
     i=$((i + 1))

@@ -234,74 +234,104 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const i
   }
 }
 
-// The split softmax of one (row, head) whose 64 scores sit four lanes to a quad: lane t holds
-// keys 8n + 2t + e as x[n][e]. Keys outside [klo, khi] (split-relative) are masked. Returns the
-// split's max (-inf when no key is in range) and exp-sum; x becomes the weights (0 where masked).
-// kLo false: each weight is rounded to bf16 as the PV product takes it, and the sum adds those.
-// kSkip: a split with every key in range skips the mask, for the same bits (the wgmma flash
-// kernel's choice; the other kernels were not timed with it).
-// kPack (bf16 mode): pw[n] also gets x[n][0], x[n][1] as one bf16 pair word (low half first), and a
-// whole split whose max is finite rounds and packs each pair in one conversion, with no -inf test:
-// there exp(-inf - mx) is the 0 the test would give.
-template <bool kLo, bool kSkip = false, bool kPack = false>
-__device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
-                                              float softcap, float& mx, float& lsum, uint32_t* pw = nullptr) {
+// The first half of the split softmax over NT of a split's key tiles, the first at key0: the
+// scores scaled (and softcapped), keys outside [klo, khi] (split-relative) masked to -inf unless
+// whole, and the max over the quad's keys (-inf when none is in range). Max is exact, so its
+// order, and so how the tiles are shared out, never changes the bits.
+template <int NT>
+__device__ __forceinline__ float split_max(float (&x)[NT][2], int key0, int t, int klo, int khi, float scale,
+                                           float softcap, bool whole) {
   // Every key takes the same operations and the mask picks after, so no key's path branches.
   if (softcap > 0.0f) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) x[n][e] = __fmul_rn(softcap, tanhf(__fdiv_rn(__fmul_rn(x[n][e], scale), softcap)));
   } else {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) x[n][e] = __fmul_rn(x[n][e], scale);
   }
-  mx = -INFINITY;
-  // Every split but a row's first and last: max is exact, so its order does not change the bits.
-  const bool whole = kSkip && klo <= 0 && khi >= kSplit - 1;
+  float mx = -INFINITY;
   if (whole) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(x[n][0], x[n][1]));
+    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(x[n][0], x[n][1]));
   } else {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int key = 8 * n + 2 * t + e;
+        const int key = key0 + 8 * n + 2 * t + e;
         x[n][e] = key >= klo && key <= khi ? x[n][e] : -INFINITY;
         mx = fmaxf(mx, x[n][e]);
       }
   }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  float sum = 0.0f;
+  return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+}
+
+// The second half, given the split's max mx: x becomes the weights (0 where masked; rounded to
+// bf16 as the PV product takes them unless kLo) and pair[n] the sum of tile n's two. kPack: pw[n]
+// also gets x[n][0], x[n][1] as one bf16 pair word (low half first), and a whole split whose max
+// is finite rounds and packs each pair in one conversion, with no -inf test: there exp(-inf - mx)
+// is the 0 the test would give.
+template <bool kLo, bool kPack, int NT>
+__device__ __forceinline__ void split_exp(float (&x)[NT][2], float mx, bool whole, float (&pair)[NT], uint32_t* pw) {
   if (kPack && !kLo && whole && mx != -INFINITY) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < NT; ++n) {
       const __nv_bfloat162 w2 = __floats2bfloat162_rn(attn_exp(__fsub_rn(x[n][0], mx)), attn_exp(__fsub_rn(x[n][1], mx)));
       const uint32_t w = *reinterpret_cast<const uint32_t*>(&w2);
       pw[n] = w;
       x[n][0] = __uint_as_float(w << 16), x[n][1] = __uint_as_float(w & 0xffff0000u);
-      const float pair = __fadd_rn(x[n][0], x[n][1]);
-      sum = n == 0 ? pair : __fadd_rn(sum, pair);
+      pair[n] = __fadd_rn(x[n][0], x[n][1]);
     }
   } else {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < NT; ++n) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float p = product_input<kLo>(attn_exp(__fsub_rn(x[n][e], mx)));
         x[n][e] = x[n][e] == -INFINITY ? 0.0f : p;
       }
       if (kPack) pw[n] = pack_bf16(x[n][0], x[n][1]);
-      const float pair = __fadd_rn(x[n][0], x[n][1]);
-      sum = n == 0 ? pair : __fadd_rn(sum, pair);
+      pair[n] = __fadd_rn(x[n][0], x[n][1]);
     }
   }
+}
+
+// The rule's running sum of a lane's pair sums in key order, from `from` (the running sum of the
+// tiles before it, when another warp holds them).
+template <int NT>
+__device__ __forceinline__ float split_chain(const float (&pair)[NT], const float* from = nullptr) {
+  float sum = from ? __fadd_rn(*from, pair[0]) : pair[0];
+#pragma unroll
+  for (int n = 1; n < NT; ++n) sum = __fadd_rn(sum, pair[n]);
+  return sum;
+}
+
+// A lane's whole running sum, then the quad's: the split's exp-sum.
+__device__ __forceinline__ float quad_sum(float sum) {
   sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-  lsum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+  return __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+}
+
+// The split softmax of one (row, head) whose 64 scores sit four lanes to a quad: lane t holds
+// keys 8n + 2t + e as x[n][e]. Keys outside [klo, khi] (split-relative) are masked. Returns the
+// split's max (-inf when no key is in range) and exp-sum; x becomes the weights (0 where masked).
+// kLo false: each weight is rounded to bf16 as the PV product takes it, and the sum adds those.
+// kSkip: a split with every key in range skips the mask, for the same bits (the wgmma flash
+// kernels' choice; the other kernels were not timed with it). kPack as split_exp's.
+template <bool kLo, bool kSkip = false, bool kPack = false>
+__device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
+                                              float softcap, float& mx, float& lsum, uint32_t* pw = nullptr) {
+  // Every split but a row's first and last.
+  const bool whole = kSkip && klo <= 0 && khi >= kSplit - 1;
+  mx = split_max(x, 0, t, klo, khi, scale, softcap, whole);
+  float pair[8];
+  split_exp<kLo, kPack>(x, mx, whole, pair, pw);
+  lsum = quad_sum(split_chain(pair));
 }
 
 // Partial slot of (row, head) for absolute split s.

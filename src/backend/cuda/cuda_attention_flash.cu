@@ -55,6 +55,36 @@ struct SplitJoin {
   float fa[2] = {0.0f, 0.0f}, fb[2] = {0.0f, 0.0f};
 };
 
+// Pair h's split range, split-relative: keys klo..khi of split s are its (none when klo > khi).
+__device__ __forceinline__ void pair_keys(const FlashPairs& f, int h, int s, int& klo, int& khi) {
+  const int base = s * kSplit;
+  klo = max(f.pfirst[h], base) - base, khi = min(f.ppos[h], base + kSplit - 1) - base;
+}
+
+// Pair h (row gq + 8h of the warp's m tile) joins split s's (max, sum): written as a partial
+// (part; by the quad's first lane where ml), or taken as its first split's, or folded into f.
+__device__ __forceinline__ void flash_join(const Args& a, const Item& it, FlashPairs& f, SplitJoin& j, int h,
+                                           int warp, int gq, int tq, int s, bool part, float mx, float lsum,
+                                           bool ml = true) {
+  if (part) {
+    const int p = 16 * warp + gq + 8 * h;
+    if (ml && tq == 0) {
+      const int64_t slot = part_slot(a, it.r0 + p / a.hpb, it.h0 + p % a.hpb, s);
+      a.part_ml[2 * slot] = mx;
+      a.part_ml[2 * slot + 1] = lsum;
+    }
+    j.mode[h] = 1;
+  } else if (!f.started[h]) {
+    f.m[h] = mx, f.l[h] = lsum, f.started[h] = true, j.mode[h] = 1;
+  } else {
+    const float mn = fmaxf(f.m[h], mx);
+    j.fa[h] = attn_exp(__fsub_rn(f.m[h], mn));
+    j.fb[h] = attn_exp(__fsub_rn(mx, mn));
+    f.l[h] = fold(f.l[h], j.fa[h], lsum, j.fb[h]);
+    f.m[h] = mn, j.mode[h] = 2;
+  }
+}
+
 // Split s's softmax of the warp's scores sc (8 key tiles' C fragments), in place: the weights,
 // and each pair's (max, sum) written as a partial (part) or folded into f; kSkip as split_softmax's;
 // kPack: pa also gets the weights as the V products' A fragments, as pack_weights lays them out.
@@ -63,10 +93,10 @@ __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it
                                                    int warp, int gq, int tq, int s, bool part,
                                                    uint32_t (*pa)[4] = nullptr) {
   SplitJoin j;
-  const int base = s * kSplit;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int klo = max(f.pfirst[h], base) - base, khi = min(f.ppos[h], base + kSplit - 1) - base;
+    int klo, khi;
+    pair_keys(f, h, s, klo, khi);
     float x[8][2];
 #pragma unroll
     for (int n = 0; n < 8; ++n) x[n][0] = sc[n][2 * h], x[n][1] = sc[n][2 * h + 1];
@@ -80,31 +110,16 @@ __device__ __forceinline__ SplitJoin flash_softmax(const Args& a, const Item& it
       for (int n = 0; n < 8; ++n) pa[n / 2][2 * (n % 2) + h] = pw[n];
     }
     if (klo > khi) continue;
-    if (part) {
-      const int p = 16 * warp + gq + 8 * h;
-      if (tq == 0) {
-        const int64_t slot = part_slot(a, it.r0 + p / a.hpb, it.h0 + p % a.hpb, s);
-        a.part_ml[2 * slot] = mx;
-        a.part_ml[2 * slot + 1] = lsum;
-      }
-      j.mode[h] = 1;
-    } else if (!f.started[h]) {
-      f.m[h] = mx, f.l[h] = lsum, f.started[h] = true, j.mode[h] = 1;
-    } else {
-      const float mn = fmaxf(f.m[h], mx);
-      j.fa[h] = attn_exp(__fsub_rn(f.m[h], mn));
-      j.fb[h] = attn_exp(__fsub_rn(mx, mn));
-      f.l[h] = fold(f.l[h], j.fa[h], lsum, j.fb[h]);
-      f.m[h] = mn, j.mode[h] = 2;
-    }
+    flash_join(a, it, f, j, h, warp, gq, tq, s, part, mx, lsum);
   }
   return j;
 }
 
-// Dim tiles t0..t0 + N - 1 of split s's products os into the partials (part) or the running sums o.
-template <int N>
-__device__ __forceinline__ void flash_take(const Args& a, const Item& it, const SplitJoin& j, float (&o)[16][4],
-                                           const float (&os)[N][4], int t0, int warp, int gq, int tq, int s,
+// Dim tiles d0..d0 + N - 1 of split s's products os into the partials (part) or the running sums
+// o, tiles t0..t0 + N - 1 of them.
+template <int N, int NO>
+__device__ __forceinline__ void flash_take(const Args& a, const Item& it, const SplitJoin& j, float (&o)[NO][4],
+                                           const float (&os)[N][4], int t0, int d0, int warp, int gq, int tq, int s,
                                            bool part) {
   if (part) {
 #pragma unroll
@@ -114,7 +129,7 @@ __device__ __forceinline__ void flash_take(const Args& a, const Item& it, const 
       float* dst = a.part_acc + part_slot(a, it.r0 + p / a.hpb, it.h0 + p % a.hpb, s) * a.head_dim;
 #pragma unroll
       for (int t = 0; t < N; ++t) {
-        const int d = 8 * (t0 + t) + 2 * tq;
+        const int d = 8 * (d0 + t) + 2 * tq;
         if (d < a.head_dim) dst[d] = os[t][2 * h];
         if (d + 1 < a.head_dim) dst[d + 1] = os[t][2 * h + 1];
       }
@@ -136,9 +151,10 @@ __device__ __forceinline__ void flash_take(const Args& a, const Item& it, const 
   }
 }
 
-// A whole-mode warp's output rows: out = o / l + 0.
-__device__ __forceinline__ void flash_out(const Args& a, const Item& it, const FlashPairs& f, const float (&o)[16][4],
-                                          int warp, int gq, int tq) {
+// A whole-mode warp's output rows, dim tiles d0..d0 + NO - 1 of them: out = o / l + 0.
+template <int NO>
+__device__ __forceinline__ void flash_out(const Args& a, const Item& it, const FlashPairs& f, const float (&o)[NO][4],
+                                          int d0, int warp, int gq, int tq) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int p = 16 * warp + gq + 8 * h;
@@ -146,8 +162,8 @@ __device__ __forceinline__ void flash_out(const Args& a, const Item& it, const F
     float* orow = a.out + static_cast<int64_t>(it.r0 + p / a.hpb) * a.ldq +
                   static_cast<int64_t>(it.h0 + p % a.hpb) * a.head_dim;
 #pragma unroll
-    for (int t = 0; t < 16; ++t) {
-      const int d = 8 * t + 2 * tq;
+    for (int t = 0; t < NO; ++t) {
+      const int d = 8 * (d0 + t) + 2 * tq;
       if (d < a.head_dim) orow[d] = __fadd_rn(__fdiv_rn(o[t][2 * h], f.l[h]), 0.0f);
       if (d + 1 < a.head_dim) orow[d + 1] = __fadd_rn(__fdiv_rn(o[t][2 * h + 1], f.l[h]), 0.0f);
     }
@@ -287,12 +303,12 @@ __global__ void __launch_bounds__(kThreads, 2) flash_kernel(Args a) {
             mma3_shared_a<true>(*reinterpret_cast<float(*)[4][4]>(&os[j4]), ab, as, bb, bs);
           }
         }
-        flash_take<8>(a, it, jn, o, os, 8 * half, warp, gq, tq, s, part);
+        flash_take<8>(a, it, jn, o, os, 8 * half, 8 * half, warp, gq, tq, s, part);
       }
     }
     __syncthreads();
   }
-  if (busy && !part) flash_out(a, it, f, o, warp, gq, tq);
+  if (busy && !part) flash_out(a, it, f, o, 0, warp, gq, tq);
 }
 
 // bf16 mode: a ring of two stages of bf16 K and V tiles, read by ldmatrix into k16 products (no
@@ -375,13 +391,39 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
             mma_k16(os[t], pa[j], vf[0], vf[1]);
             mma_k16(os[t + 1], pa[j], vf[2], vf[3]);
           }
-        flash_take<4>(a, it, jn, o, os, t0, warp, gq, tq, s, part);
+        flash_take<4>(a, it, jn, o, os, t0, t0, warp, gq, tq, s, part);
       }
     }
     __syncthreads();
     if (s + 2 <= s1) stage(b);
   }
-  if (busy && !part) flash_out(a, it, f, o, warp, gq, tq);
+  if (busy && !part) flash_out(a, it, f, o, 0, warp, gq, tq);
+}
+
+// Stage b of a wgmma flash kernel's tiles ([2 stages][K, V][2 panels][kSplit][64], swizzled) gets
+// the keys whose pool offsets are in slot b, by T threads: each copies 16-byte unit u of every
+// (T / 16)-th key, of K and of V, then commits. Keys kstep apart share a swizzle phase, so one
+// place and its multiples of a row serve every copy.
+template <int T>
+__device__ __forceinline__ void stage_wg(uint16_t* tiles, const int64_t* kslot, int b, const Args& a, int hd) {
+  using mm::kSwzRow;
+  constexpr int units = kChunk / 8, kstep = T / units, kTile = kChunk * kSplit;
+  static_assert(kstep % 8 == 0, "keys a thread copies share the swizzle phase");
+  const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
+  const uint32_t kt = static_cast<uint32_t>(__cvta_generic_to_shared(tiles)) +
+                      2 * (2 * b * kTile + u / 8 * kSplit * kSwzRow + mm::swz_at(key0, 8 * (u % 8)));
+  const int64_t* sl = kslot + b * kSplit + key0;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+#pragma unroll
+  for (int i = 0; i < kSplit / kstep; ++i) {
+    const int64_t off = sl[i * kstep];
+    const bool ok = off >= 0 && d0 < hd;
+    const uint32_t at = kt + 2 * i * kstep * kSwzRow;
+    cp_async16_at(at, kpool + (ok ? off + d0 : 0), ok);
+    cp_async16_at(at + 2 * kTile, vpool + (ok ? off + d0 : 0), ok);
+  }
+  cp_async_commit();
 }
 
 // bf16 mode on sm_90a for head dims a multiple of 8: the four warps are one warpgroup, and each
@@ -412,25 +454,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
   const int s0 = it.s0, s1 = it.s1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, steps = a.hd_pad / 16;
-  const auto* kpool = static_cast<const uint16_t*>(a.k);
-  const auto* vpool = static_cast<const uint16_t*>(a.v);
-  // A thread copies 16-byte unit u of every kstep-th key from key0 < kstep, of K and of V.
-  constexpr int units = kChunk / 8, kstep = kThreads / units;
-  const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
-  auto stage = [&](int b) {
-    uint16_t* kt = tiles + 2 * b * kTile + u / 8 * kPanel;
-    const int64_t* sl = kslot + b * kSplit;
-#pragma unroll
-    for (int i = 0; i < kSplit / kstep; ++i) {
-      const int key = key0 + i * kstep;
-      const int64_t off = sl[key];
-      const bool ok = off >= 0 && d0 < hd;
-      const int at = mm::swz_at(key, 8 * (u % 8));
-      cp_async16(kt + at, kpool + (ok ? off + d0 : 0), ok);
-      cp_async16(kt + kTile + at, vpool + (ok ? off + d0 : 0), ok);
-    }
-    cp_async_commit();
-  };
+  auto stage = [&](int b) { stage_wg<kThreads>(tiles, kslot, b, a, hd); };
   FlashPairs f;
   uint32_t qa[kChunk / 16][4];
   float o[16][4];
@@ -477,12 +501,170 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
         wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
       wgmma_commit();
       wgmma_wait<0>();
-      flash_take<8>(a, it, jn, o, os, 8 * h, warp, gq, tq, s, part);
+      flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, part);
     }
     __syncthreads();
     if (s + 2 <= s1) stage(b);
   }
-  if (!part) flash_out(a, it, f, o, warp, gq, tq);
+  if (!part) flash_out(a, it, f, o, 0, warp, gq, tq);
+#else
+  __trap();  // launched only where wgmma_ready() found the sm_90a code
+#endif
+}
+
+// bf16 mode on sm_90a, two warpgroups a block over the same 64 pairs, so an SM holds twice the
+// warps of flash_wg_kernel at half the registers: warpgroup w takes keys 32w.. of each split's
+// scores (m64n32k16, q and K from swizzled tiles) and dims 64w.. of its V products (m64n64k16, the
+// weights from registers). The split's max and the rule's running sum in key order pass through
+// shared memory (warpgroup 0's sum over keys 0..31 is where warpgroup 1's starts), and so do the
+// weights' A fragments; every float operation is flash_wg_kernel's, so the bits are the same.
+constexpr int kWg2Threads = 256;
+constexpr int kXch = 128;  // exchange slots: one a thread of a warpgroup
+constexpr size_t kFlashWg2Smem =
+    kFlashWgSmem + static_cast<size_t>(kChunk) * kFlashPairs * sizeof(uint16_t) + (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);
+
+// q's pairs as one swizzled K-major tile of kChunk dims (two 64-dim panels), rounded as load_q16
+// rounds; pairs past P and dims past head_dim (a multiple of 8 here) are 0. By T threads.
+template <int T>
+__device__ __forceinline__ void stage_q16(uint16_t* qt, const Args& a, const Item& it) {
+  using mm::kSwzRow;
+  constexpr int units = kChunk / 8;
+  for (int i = threadIdx.x; i < kFlashPairs * units; i += T) {
+    const int p = i / units, u = i % units, d = 8 * u;
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    if (p < it.P && d < a.head_dim) {
+      const float* qr = a.q + static_cast<int64_t>(it.r0 + p / a.hpb) * a.ldq +
+                        static_cast<int64_t>(it.h0 + p % a.hpb) * a.head_dim + d;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 x = *reinterpret_cast<const float2*>(qr + 2 * e);
+        w[e] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
+      }
+    }
+    *reinterpret_cast<uint4*>(qt + u / 8 * kFlashPairs * kSwzRow + mm::swz_at(p, 8 * (u % 8))) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+__global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  grid_wait();
+  grid_launch_next();
+  using mm::kSwzRow;
+  constexpr int kTile = kChunk * kSplit;    // elements of a K or V tile
+  constexpr int kPanel = kSplit * kSwzRow;  // elements of 64 of its dims
+  static_assert(kFlashPairs == kSplit, "q's panels are the size of K's");
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [2 stages][K, V][2 panels][kSplit][64]
+  uint16_t* qt = tiles + 4 * kTile;                             // [2 panels][64 pairs][64]
+  auto* xp = reinterpret_cast<uint32_t*>(qt + kTile);           // [warpgroup][8 words][kXch]
+  auto* xm = reinterpret_cast<float*>(xp + 2 * 8 * kXch);       // [warpgroup][pair h][kXch]
+  float* xs = xm + 2 * 2 * kXch;                                // [pair h][kXch]
+  auto* kslot = reinterpret_cast<int64_t*>(xs + 2 * kXch);      // [2][kSplit]
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const bool part = c >= 0;
+  const Item it = item_of(a, g, c);
+  const int s0 = it.s0, s1 = it.s1;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, steps = a.hd_pad / 16;
+  auto stage = [&](int b) { stage_wg<kWg2Threads>(tiles, kslot, b, a, hd); };
+  fill_slots<kWg2Threads>(kslot, a, it, s0);
+  if (s0 < s1) fill_slots<kWg2Threads>(kslot + kSplit, a, it, s0 + 1);
+  FlashPairs f = flash_pairs(a, it, warp, gq);
+  stage_q16<kWg2Threads>(qt, a, it);
+  float o[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  // One descriptor, built once: every tile's is it plus its offset in elements / 8.
+  const uint64_t td = mm::swz_desc(tiles), qd = mm::desc_add(td, 4 * kTile);
+  __syncthreads();
+  stage(0);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    cp_async_wait<0>();
+    fence_proxy_async();  // cp.async and q's stores to wgmma
+    __syncthreads();
+    float sc[4][4];
+    const uint64_t kd = mm::desc_add(td, 2 * b * kTile + 32 * wg * kSwzRow),
+                   vd = mm::desc_add(td, 2 * b * kTile + kTile + wg * kPanel);
+    auto scores = [&](auto full) {
+      wgmma_ss32<false>(reinterpret_cast<float(&)[16]>(sc), qd, kd);
+#pragma unroll
+      for (int k = 1; k < kChunk / 16; ++k) {
+        if (!decltype(full)::value && k >= steps) break;
+        const int at = k / 4 * kPanel + 16 * (k % 4);
+        wgmma_ss32(reinterpret_cast<float(&)[16]>(sc), mm::desc_add(qd, at), mm::desc_add(kd, at));
+      }
+    };
+    wgmma_fence();
+    if (steps == kChunk / 16) scores(std::true_type{});
+    else scores(std::false_type{});
+    wgmma_commit();
+    // While the scores run: every warp is past split s - 1, so its stage takes split s + 1 and its
+    // slots split s + 2.
+    if (s < s1) stage(b ^ 1);
+    if (s + 2 <= s1) fill_slots<kWg2Threads>(kslot + b * kSplit, a, it, s + 2);
+    wgmma_wait<0>();
+    // The split's max: this warpgroup's keys, then the other's.
+    float x[2][4][2], mx[2];
+    int klo[2], khi[2];
+    bool whole[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pair_keys(f, h, s, klo[h], khi[h]);
+      whole[h] = klo[h] <= 0 && khi[h] >= kSplit - 1;
+#pragma unroll
+      for (int n = 0; n < 4; ++n) x[h][n][0] = sc[n][2 * h], x[h][n][1] = sc[n][2 * h + 1];
+      mx[h] = split_max(x[h], 32 * wg, tq, klo[h], khi[h], a.scale, a.softcap, whole[h]);
+      xm[(2 * wg + h) * kXch + t] = mx[h];
+    }
+    __syncthreads();
+    // The weights; warpgroup 0's running sums out, and each warpgroup's A fragments (key steps
+    // 2w, 2w + 1), read back whole so that no register picks between them.
+    float pair[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], xm[(2 * (wg ^ 1) + h) * kXch + t]);
+      uint32_t pw[4];
+      split_exp<false, true>(x[h], mx[h], whole[h], pair[h], pw);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) xp[(8 * wg + 4 * (n / 2) + 2 * (n % 2) + h) * kXch + t] = pw[n];
+      if (wg == 0) xs[h * kXch + t] = split_chain(pair[h]);
+    }
+    __syncthreads();
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pa[j][e] = xp[(4 * j + e) * kXch + t];
+    // Warpgroup 1 ends the sums (every lane, for the quad's shuffles), and writes the partials' (max, sum).
+    float lsum[2] = {0.0f, 0.0f};
+    if (wg == 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) lsum[h] = quad_sum(split_chain(pair[h], &xs[h * kXch + t]));
+    }
+    SplitJoin jn;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (klo[h] <= khi[h]) flash_join(a, it, f, jn, h, warp, gq, tq, s, part, mx[h], lsum[h], wg == 1);
+    float os[8][4];
+    wgmma_fence();
+    wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], vd);
+#pragma unroll
+    for (int j = 1; j < 4; ++j)
+      wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::desc_add(vd, 16 * j * kSwzRow));
+    wgmma_commit();
+    wgmma_wait<0>();
+    flash_take<8>(a, it, jn, o, os, 0, 8 * wg, warp, gq, tq, s, part);
+  }
+  if (!part) {
+    // Warpgroup 1 holds each pair's sum.
+    if (wg == 1) xs[t] = f.l[0], xs[kXch + t] = f.l[1];
+    __syncthreads();
+    if (wg == 0) f.l[0] = xs[t], f.l[1] = xs[kXch + t];
+    flash_out(a, it, f, o, 8 * wg, warp, gq, tq);
+  }
 #else
   __trap();  // launched only where wgmma_ready() found the sm_90a code
 #endif
@@ -494,11 +676,19 @@ bool flash_wg_on() {
   return on;
 }
 
+// TF_CUDA_FLASH_WG2=0 keeps the wgmma form on one warpgroup a block (flash_wg_kernel), for timing.
+bool flash_wg2_on() {
+  static const bool on = !env_zero("TF_CUDA_FLASH_WG2");
+  return on;
+}
+
 }  // namespace
 
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks) {
-  static std::atomic<bool> ready_f32{false}, ready_bf16{false}, ready_wg{false};
+  static std::atomic<bool> ready_f32{false}, ready_bf16{false}, ready_wg{false}, ready_wg2{false};
   if (a.lo) launch_attention_kernel(flash_kernel, ready_f32, kThreads, flash_smem<true>(), a, n_items, yblocks);
+  else if (a.head_dim % 8 == 0 && flash_wg_on() && flash_wg2_on())
+    launch_attention_kernel(flash_wg2_kernel, ready_wg2, kWg2Threads, kFlashWg2Smem, a, n_items, yblocks);
   else if (a.head_dim % 8 == 0 && flash_wg_on())
     launch_attention_kernel(flash_wg_kernel, ready_wg, kThreads, kFlashWgSmem, a, n_items, yblocks);
   else launch_attention_kernel(flash_bf16_kernel, ready_bf16, kThreads, flash_smem<false>(), a, n_items, yblocks);

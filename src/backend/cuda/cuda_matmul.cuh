@@ -178,6 +178,10 @@ __device__ __forceinline__ uint64_t swz_desc(const uint16_t* p) {
          (uint64_t{1} << 62);
 }
 
+// The descriptor of p + elems for d = swz_desc(p): its address field counts 16 bytes and, for
+// shared memory below 256 KB, never carries, so an offset of a multiple of 8 elements adds alone.
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, int elems) { return d + static_cast<uint64_t>(elems / 8); }
+
 // Zeroes the m16n8 accumulators of a warp tile.
 template <int TM, int TN>
 __device__ __forceinline__ void zero_acc(float (&acc)[TM][TN][4]) {
