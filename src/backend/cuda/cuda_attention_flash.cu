@@ -400,6 +400,10 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
   if (busy && !part) flash_out(a, it, f, o, 0, warp, gq, tq);
 }
 
+// The wgmma flash kernels' K and V tiles: 64 keys of kChunk dims, in two 64-dim swizzled panels.
+constexpr int kTile = kChunk * kSplit;        // elements of a K or V tile
+constexpr int kPanel = kSplit * mm::kSwzRow;  // elements of 64 of its dims
+
 // Stage b of a wgmma flash kernel's tiles ([2 stages][K, V][2 panels][kSplit][64], swizzled) gets
 // the keys whose pool offsets are in slot b, by T threads: each copies 16-byte unit u of every
 // (T / 16)-th key, of K and of V, then commits. Keys kstep apart share a swizzle phase, so one
@@ -407,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash_bf16_kernel(Args a) {
 template <int T>
 __device__ __forceinline__ void stage_wg(uint16_t* tiles, const int64_t* kslot, int b, const Args& a, int hd) {
   using mm::kSwzRow;
-  constexpr int units = kChunk / 8, kstep = T / units, kTile = kChunk * kSplit;
+  constexpr int units = kChunk / 8, kstep = T / units;
   static_assert(kstep % 8 == 0, "keys a thread copies share the swizzle phase");
   const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
   const uint32_t kt = static_cast<uint32_t>(__cvta_generic_to_shared(tiles)) +
@@ -441,8 +445,6 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
   grid_wait();
   grid_launch_next();
   using mm::kSwzRow;
-  constexpr int kTile = kChunk * kSplit;  // elements of a K or V tile
-  constexpr int kPanel = kSplit * kSwzRow;  // elements of 64 of its dims
   extern __shared__ __align__(16) uint16_t smem_raw[];
   // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -551,8 +553,6 @@ __global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
   grid_wait();
   grid_launch_next();
   using mm::kSwzRow;
-  constexpr int kTile = kChunk * kSplit;    // elements of a K or V tile
-  constexpr int kPanel = kSplit * kSwzRow;  // elements of 64 of its dims
   static_assert(kFlashPairs == kSplit, "q's panels are the size of K's");
   extern __shared__ __align__(16) uint16_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
