@@ -522,8 +522,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
 // weights' A fragments; every float operation is flash_wg_kernel's, so the bits are the same.
 constexpr int kWg2Threads = 256;
 constexpr int kXch = 128;  // exchange slots: one a thread of a warpgroup
-constexpr size_t kFlashWg2Smem =
-    kFlashWgSmem + static_cast<size_t>(kChunk) * kFlashPairs * sizeof(uint16_t) + (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);
+constexpr size_t kFlashWg2Smem = kFlashWgSmem + static_cast<size_t>(kChunk) * kFlashPairs * sizeof(uint16_t) +
+                                 (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);  // q, then xp, xm and xs
 
 // q's pairs as one swizzled K-major tile of kChunk dims (two 64-dim panels), rounded as load_q16
 // rounds; pairs past P and dims past head_dim (a multiple of 8 here) are 0. By T threads.
