@@ -340,7 +340,8 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 }
 
 // Whole-mode blocks of up to 64 pairs with head_dim a multiple of 4, at most kChunk: each warp
-// keeps its 16 pairs' state in registers (cuda_attention_flash.cu).
+// keeps its 16 pairs' state in registers (cuda_attention_flash.cu, its wgmma forms in
+// cuda_attention_flash_wg.cu).
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 // Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode

@@ -1,6 +1,7 @@
 #pragma once
-// How the flash and decode attention kernels (cuda_attention_flash.cu, cuda_attention_decode.cu)
-// find a block's keys, stage its K and V tiles by cp.async, and are launched.
+// How the flash and decode attention kernels (cuda_attention_flash.cu, cuda_attention_flash_wg.cu,
+// cuda_attention_decode.cu) find a block's keys, stage its K and V tiles by cp.async, and are
+// launched.
 #include <atomic>
 #include <cstdint>
 

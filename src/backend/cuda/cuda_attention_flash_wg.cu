@@ -1,0 +1,309 @@
+// bf16-mode flash attention on sm_90a: the flash kernel's products as warpgroup mma (wgmma) from
+// swizzled tiles, one warpgroup a block or two sharing a block's pairs; every float operation is
+// flash_bf16_kernel's (cuda_attention_flash.cu), so the bits are the same.
+#include <atomic>
+#include <type_traits>
+
+#include "backend/cuda/cuda_attention_flash.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_hopper.cuh"
+#include "backend/cuda/cuda_matmul.cuh"
+
+namespace tf::cuda::attn {
+
+namespace {
+
+// The wgmma flash kernels' K and V tiles: 64 keys of kChunk dims, in two 64-dim swizzled panels
+// (unused where a pass has no sm_90a kernel bodies).
+[[maybe_unused]] constexpr int kTile = kChunk * kSplit;        // elements of a K or V tile
+[[maybe_unused]] constexpr int kPanel = kSplit * mm::kSwzRow;  // elements of 64 of its dims
+
+// Stage b of a wgmma flash kernel's tiles ([2 stages][K, V][2 panels][kSplit][64], swizzled) gets
+// the keys whose pool offsets are in slot b, by T threads: each copies 16-byte unit u of every
+// (T / 16)-th key, of K and of V, then commits. Keys kstep apart share a swizzle phase, so one
+// place and its multiples of a row serve every copy.
+template <int T>
+__device__ __forceinline__ void stage_wg(uint16_t* tiles, const int64_t* kslot, int b, const Args& a, int hd) {
+  using mm::kSwzRow;
+  constexpr int units = kChunk / 8, kstep = T / units;
+  static_assert(kstep % 8 == 0, "keys a thread copies share the swizzle phase");
+  const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
+  const uint32_t kt = static_cast<uint32_t>(__cvta_generic_to_shared(tiles)) +
+                      2 * (2 * b * kTile + u / 8 * kSplit * kSwzRow + mm::swz_at(key0, 8 * (u % 8)));
+  const int64_t* sl = kslot + b * kSplit + key0;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+#pragma unroll
+  for (int i = 0; i < kSplit / kstep; ++i) {
+    const int64_t off = sl[i * kstep];
+    const bool ok = off >= 0 && d0 < hd;
+    const uint32_t at = kt + 2 * i * kstep * kSwzRow;
+    cp_async16_at(at, kpool + (ok ? off + d0 : 0), ok);
+    cp_async16_at(at + 2 * kTile, vpool + (ok ? off + d0 : 0), ok);
+  }
+  cp_async_commit();
+}
+
+// bf16 mode on sm_90a for head dims a multiple of 8: the four warps are one warpgroup, and each
+// split's products are wgmma m64n64k16, A (q, then the weights) from registers as
+// flash_bf16_kernel holds them, B (K, then V read N-major) from 128-byte-swizzled tiles. A wgmma
+// element is the k16 step of mma.m16n8k16 in the same fragment layout, so the steps, weights and
+// folds, and the bits, are flash_bf16_kernel's. Two blocks an SM, so no register spills. Every
+// head dim stages 128 dims (zeros past head_dim): a 64-dim form failed the contract on blocks of
+// more than one split, so it is not built.
+constexpr size_t kFlashWgSmem =
+    4 * static_cast<size_t>(kChunk) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024;
+
+__global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  grid_wait();
+  grid_launch_next();
+  using mm::kSwzRow;
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  // Swizzled tiles need 1024-byte alignment; the launch adds 1 KiB for it.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [2 stages][K, V][2 panels][kSplit][64]
+  auto* kslot = reinterpret_cast<int64_t*>(tiles + 4 * kTile);   // [2][kSplit]
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const bool part = c >= 0;
+  const Item it = item_of(a, g, c);
+  const int s0 = it.s0, s1 = it.s1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, steps = a.hd_pad / 16;
+  auto stage = [&](int b) { stage_wg<kThreads>(tiles, kslot, b, a, hd); };
+  FlashPairs f;
+  uint32_t qa[kChunk / 16][4];
+  float o[16][4];
+  start_bf16(a, it, kslot, warp, gq, tq, f, qa, o);
+  __syncthreads();
+  stage(0);
+  if (s0 < s1) stage(1);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    const uint16_t* kt = tiles + 2 * b * kTile;
+    const uint16_t* vt = kt + kTile;
+    if (s < s1) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    fence_proxy_async();  // cp.async data to wgmma
+    __syncthreads();
+    if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
+    // Every warp takes part in the warpgroup's products; a warp past P holds only masked pairs.
+    // The first step writes the scores, so no zeroed accumulator is set up; a full head dim runs
+    // its steps with no test between the products.
+    float sc[8][4];
+    auto scores = [&](auto full) {
+      wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
+#pragma unroll
+      for (int k = 1; k < kChunk / 16; ++k) {
+        if (!decltype(full)::value && k >= steps) break;
+        wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
+      }
+    };
+    wgmma_fence();
+    if (steps == kChunk / 16) scores(std::true_type{});
+    else scores(std::false_type{});
+    wgmma_commit();
+    wgmma_wait<0>();
+    uint32_t pa[4][4];
+    const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, part, pa);
+    // 64 dims at a time: key step j of panel h starts 16 j rows into it.
+#pragma unroll
+    for (int h = 0; h < kChunk / 64; ++h) {
+      float os[8][4];
+      wgmma_fence();
+      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
+#pragma unroll
+      for (int j = 1; j < 4; ++j)
+        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
+      wgmma_commit();
+      wgmma_wait<0>();
+      flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, part);
+    }
+    __syncthreads();
+    if (s + 2 <= s1) stage(b);
+  }
+  if (!part) flash_out(a, it, f, o, 0, warp, gq, tq);
+#else
+  __trap();  // launched only where wgmma_ready() found the sm_90a code
+#endif
+}
+
+// bf16 mode on sm_90a, two warpgroups a block over the same 64 pairs, so an SM holds twice the
+// warps of flash_wg_kernel at half the registers: warpgroup w takes keys 32w.. of each split's
+// scores (m64n32k16, q and K from swizzled tiles) and dims 64w.. of its V products (m64n64k16, the
+// weights from registers). The split's max and the rule's running sum in key order pass through
+// shared memory (warpgroup 0's sum over keys 0..31 is where warpgroup 1's starts), and so do the
+// weights' A fragments; every float operation is flash_wg_kernel's, so the bits are the same.
+constexpr int kWg2Threads = 256;
+constexpr int kXch = 128;  // exchange slots: one a thread of a warpgroup
+constexpr size_t kFlashWg2Smem = kFlashWgSmem + static_cast<size_t>(kChunk) * kFlashPairs * sizeof(uint16_t) +
+                                 (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);  // q, then xp, xm and xs
+
+// q's pairs as one swizzled K-major tile of kChunk dims (two 64-dim panels), rounded as load_q16
+// rounds; pairs past P and dims past head_dim (a multiple of 8 here) are 0. By T threads.
+template <int T>
+__device__ __forceinline__ void stage_q16(uint16_t* qt, const Args& a, const Item& it) {
+  using mm::kSwzRow;
+  constexpr int units = kChunk / 8;
+  for (int i = threadIdx.x; i < kFlashPairs * units; i += T) {
+    const int p = i / units, u = i % units, d = 8 * u;
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    if (p < it.P && d < a.head_dim) {
+      const float* qr = a.q + static_cast<int64_t>(it.r0 + p / a.hpb) * a.ldq +
+                        static_cast<int64_t>(it.h0 + p % a.hpb) * a.head_dim + d;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 x = *reinterpret_cast<const float2*>(qr + 2 * e);
+        w[e] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
+      }
+    }
+    *reinterpret_cast<uint4*>(qt + u / 8 * kFlashPairs * kSwzRow + mm::swz_at(p, 8 * (u % 8))) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+__global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  grid_wait();
+  grid_launch_next();
+  using mm::kSwzRow;
+  static_assert(kFlashPairs == kSplit, "q's panels are the size of K's");
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [2 stages][K, V][2 panels][kSplit][64]
+  uint16_t* qt = tiles + 4 * kTile;                             // [2 panels][64 pairs][64]
+  auto* xp = reinterpret_cast<uint32_t*>(qt + kTile);           // [warpgroup][8 words][kXch]
+  auto* xm = reinterpret_cast<float*>(xp + 2 * 8 * kXch);       // [warpgroup][pair h][kXch]
+  float* xs = xm + 2 * 2 * kXch;                                // [pair h][kXch]
+  auto* kslot = reinterpret_cast<int64_t*>(xs + 2 * kXch);      // [2][kSplit]
+  const int g = a.items[2 * blockIdx.x], c = a.items[2 * blockIdx.x + 1];
+  const bool part = c >= 0;
+  const Item it = item_of(a, g, c);
+  const int s0 = it.s0, s1 = it.s1;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, steps = a.hd_pad / 16;
+  auto stage = [&](int b) { stage_wg<kWg2Threads>(tiles, kslot, b, a, hd); };
+  fill_slots<kWg2Threads>(kslot, a, it, s0);
+  if (s0 < s1) fill_slots<kWg2Threads>(kslot + kSplit, a, it, s0 + 1);
+  FlashPairs f = flash_pairs(a, it, warp, gq);
+  stage_q16<kWg2Threads>(qt, a, it);
+  float o[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  // One descriptor, built once: every tile's is it plus its offset in elements / 8.
+  const uint64_t td = mm::swz_desc(tiles), qd = mm::desc_add(td, 4 * kTile);
+  __syncthreads();
+  stage(0);
+  for (int s = s0; s <= s1; ++s) {
+    const int b = (s - s0) & 1;
+    cp_async_wait<0>();
+    fence_proxy_async();  // cp.async and q's stores to wgmma
+    __syncthreads();
+    float sc[4][4];
+    const uint64_t kd = mm::desc_add(td, 2 * b * kTile + 32 * wg * kSwzRow),
+                   vd = mm::desc_add(td, 2 * b * kTile + kTile + wg * kPanel);
+    auto scores = [&](auto full) {
+      wgmma_ss32<false>(reinterpret_cast<float(&)[16]>(sc), qd, kd);
+#pragma unroll
+      for (int k = 1; k < kChunk / 16; ++k) {
+        if (!decltype(full)::value && k >= steps) break;
+        const int at = k / 4 * kPanel + 16 * (k % 4);
+        wgmma_ss32(reinterpret_cast<float(&)[16]>(sc), mm::desc_add(qd, at), mm::desc_add(kd, at));
+      }
+    };
+    wgmma_fence();
+    if (steps == kChunk / 16) scores(std::true_type{});
+    else scores(std::false_type{});
+    wgmma_commit();
+    // While the scores run: every warp is past split s - 1, so its stage takes split s + 1 and its
+    // slots split s + 2.
+    if (s < s1) stage(b ^ 1);
+    if (s + 2 <= s1) fill_slots<kWg2Threads>(kslot + b * kSplit, a, it, s + 2);
+    wgmma_wait<0>();
+    // The split's max: this warpgroup's keys, then the other's.
+    float x[2][4][2], mx[2];
+    int klo[2], khi[2];
+    bool whole[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pair_keys(f, h, s, klo[h], khi[h]);
+      whole[h] = klo[h] <= 0 && khi[h] >= kSplit - 1;
+#pragma unroll
+      for (int n = 0; n < 4; ++n) x[h][n][0] = sc[n][2 * h], x[h][n][1] = sc[n][2 * h + 1];
+      mx[h] = split_max(x[h], 32 * wg, tq, klo[h], khi[h], a.scale, a.softcap, whole[h]);
+      xm[(2 * wg + h) * kXch + t] = mx[h];
+    }
+    __syncthreads();
+    // The weights; warpgroup 0's running sums out, and each warpgroup's A fragments (key steps
+    // 2w, 2w + 1), read back whole so that no register picks between them.
+    float pair[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], xm[(2 * (wg ^ 1) + h) * kXch + t]);
+      uint32_t pw[4];
+      split_exp<false, true>(x[h], mx[h], whole[h], pair[h], pw);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) xp[(8 * wg + 4 * (n / 2) + 2 * (n % 2) + h) * kXch + t] = pw[n];
+      if (wg == 0) xs[h * kXch + t] = split_chain(pair[h]);
+    }
+    __syncthreads();
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pa[j][e] = xp[(4 * j + e) * kXch + t];
+    // Warpgroup 1 ends the sums (every lane, for the quad's shuffles), and writes the partials' (max, sum).
+    float lsum[2] = {0.0f, 0.0f};
+    if (wg == 1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) lsum[h] = quad_sum(split_chain(pair[h], &xs[h * kXch + t]));
+    }
+    SplitJoin jn;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (klo[h] <= khi[h]) flash_join(a, it, f, jn, h, warp, gq, tq, s, part, mx[h], lsum[h], wg == 1);
+    float os[8][4];
+    wgmma_fence();
+    wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], vd);
+#pragma unroll
+    for (int j = 1; j < 4; ++j)
+      wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::desc_add(vd, 16 * j * kSwzRow));
+    wgmma_commit();
+    wgmma_wait<0>();
+    flash_take<8>(a, it, jn, o, os, 0, 8 * wg, warp, gq, tq, s, part);
+  }
+  if (!part) {
+    // Warpgroup 1 holds each pair's sum.
+    if (wg == 1) xs[t] = f.l[0], xs[kXch + t] = f.l[1];
+    __syncthreads();
+    if (wg == 0) f.l[0] = xs[t], f.l[1] = xs[kXch + t];
+    flash_out(a, it, f, o, 8 * wg, warp, gq, tq);
+  }
+#else
+  __trap();  // launched only where wgmma_ready() found the sm_90a code
+#endif
+}
+
+// TF_CUDA_FLASH_WG=0 keeps bf16 mode on flash_bf16_kernel, for timing and the contract's forms.
+bool flash_wg_on() {
+  static const bool on = !env_zero("TF_CUDA_FLASH_WG") && wgmma_ready();
+  return on;
+}
+
+// TF_CUDA_FLASH_WG2=0 keeps the wgmma form on one warpgroup a block (flash_wg_kernel), for timing.
+bool flash_wg2_on() {
+  static const bool on = !env_zero("TF_CUDA_FLASH_WG2");
+  return on;
+}
+
+}  // namespace
+
+bool launch_flash_wg(const Args& a, unsigned n_items, unsigned yblocks) {
+  static std::atomic<bool> ready_wg{false}, ready_wg2{false};
+  if (a.head_dim % 8 != 0 || !flash_wg_on()) return false;
+  if (flash_wg2_on()) launch_attention_kernel(flash_wg2_kernel, ready_wg2, kWg2Threads, kFlashWg2Smem, a, n_items, yblocks);
+  else launch_attention_kernel(flash_wg_kernel, ready_wg, kThreads, kFlashWgSmem, a, n_items, yblocks);
+  return true;
+}
+
+}  // namespace tf::cuda::attn
