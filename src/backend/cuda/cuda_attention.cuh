@@ -234,6 +234,10 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const i
   }
 }
 
+// Whether a pair's keys klo..khi (split-relative) cover its whole split: every split but a row's
+// first and last.
+__device__ __forceinline__ bool whole_split(int klo, int khi) { return klo <= 0 && khi >= kSplit - 1; }
+
 // The first half of the split softmax over NT of a split's key tiles, the first at key0: the
 // scores scaled (and softcapped), keys outside [klo, khi] (split-relative) masked to -inf unless
 // whole, and the max over the quad's keys (-inf when none is in range). Max is exact, so its
@@ -326,8 +330,7 @@ __device__ __forceinline__ float quad_sum(float sum) {
 template <bool kLo, bool kSkip = false, bool kPack = false>
 __device__ __forceinline__ void split_softmax(float (&x)[8][2], int t, int klo, int khi, float scale,
                                               float softcap, float& mx, float& lsum, uint32_t* pw = nullptr) {
-  // Every split but a row's first and last.
-  const bool whole = kSkip && klo <= 0 && khi >= kSplit - 1;
+  const bool whole = kSkip && whole_split(klo, khi);
   mx = split_max(x, 0, t, klo, khi, scale, softcap, whole);
   float pair[8];
   split_exp<kLo, kPack>(x, mx, whole, pair, pw);

@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       pair_keys(f, h, s, klo[h], khi[h]);
-      whole[h] = klo[h] <= 0 && khi[h] >= kSplit - 1;
+      whole[h] = whole_split(klo[h], khi[h]);
 #pragma unroll
       for (int n = 0; n < 4; ++n) x[h][n][0] = sc[n][2 * h], x[h][n][1] = sc[n][2 * h + 1];
       mx[h] = split_max(x[h], 32 * wg, tq, klo[h], khi[h], a.scale, a.softcap, whole[h]);
