@@ -104,7 +104,7 @@ void run_bench_launch(Backend&) {
   TF_CUDA_CHECK(cudaMemset(v, 0, static_cast<size_t>(sms) * sizeof(float)), "bench launch");
   for (const unsigned blocks : {1u, static_cast<unsigned>(sms)}) {
     auto chain = [&](bool overlap) {
-      for (int i = 0; i < kChain; ++i) cuda::launch_on_stream(overlap, chain_kernel, blocks, 128, 0, v);
+      for (int i = 0; i < kChain; ++i) cuda::launch_on_stream(overlap, 1, chain_kernel, blocks, 128, 0, v);
     };
     float us[4];  // overlapped, whole; then the same two replayed from a graph
     for (int form = 0; form < 4; ++form) {
@@ -135,11 +135,13 @@ void run_bench_moe(Backend& gpu) {
 }
 
 void run_bench_few(Backend& gpu) {
-  // Llama-3.1-8B's decode matmuls at one row (o, gate+up, down, q+k+v, lm_head) and eight.
+  // Llama-3.1-8B's decode matmuls at one row (o, gate+up, down, q+k+v, lm_head) and eight, then
+  // Qwen3-30B-A3B's o, q and k at one row.
   static const MatmulShape kFew[] = {
       {DType::BF16, 1, 4096, 4096, 50},  {DType::BF16, 1, 4096, 28672, 20}, {DType::BF16, 8, 4096, 28672, 20},
       {DType::Q8_0, 1, 4096, 28672, 20}, {DType::BF16, 1, 14336, 4096, 20}, {DType::BF16, 1, 4096, 6144, 50},
-      {DType::BF16, 1, 4096, 128256, 10}};
+      {DType::BF16, 1, 4096, 128256, 10}, {DType::BF16, 1, 4096, 2048, 50},  {DType::BF16, 1, 2048, 4096, 50},
+      {DType::BF16, 1, 2048, 512, 50}};
   for (const MatmulShape& s : kFew) bench_matmul(gpu, s.dt, s.M, s.K, s.N, s.iters);
   run_bench_moe(gpu);
 }

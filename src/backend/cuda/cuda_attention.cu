@@ -393,7 +393,7 @@ void launch_attention_as(const AttnArgs& a, unsigned items, unsigned yblocks, si
   }
   // Up to a block an SM may overlap the kernel before it; more start on an idle device.
   const bool overlap = static_cast<int64_t>(items) * yblocks <= sms;
-  launch_on_stream(overlap, attention_kernel<NC, MT, kLo>, dim3(items, yblocks), kThreads, smem, a);
+  launch_on_stream(overlap, 1, attention_kernel<NC, MT, kLo>, dim3(items, yblocks), kThreads, smem, a);
 }
 
 template <int NC, int MT>

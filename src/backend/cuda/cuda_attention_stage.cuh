@@ -104,7 +104,7 @@ inline void launch_attention_kernel(void (*kernel)(Args), std::atomic<bool>& rea
                   "attention: shared memory of ", smem, " bytes");
     ready.store(true);
   }
-  launch_on_stream(overlap, kernel, dim3(n_items, yblocks), threads, smem, a);
+  launch_on_stream(overlap, 1, kernel, dim3(n_items, yblocks), threads, smem, a);
 }
 
 }  // namespace tf::cuda::attn

@@ -34,6 +34,15 @@ bool pdl_on() {
   return on;
 }
 
+bool cluster_on() {
+  static const bool on = [] {
+    int dev = 0, yes = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, dev) == cudaSuccess && yes != 0;
+  }();
+  return on;
+}
+
 namespace {
 
 // Fills the block's shared memory with all-ones words; volatile, so no store is dropped as unread.

@@ -24,13 +24,14 @@ constexpr size_t kMaxGraphs = 64;  // the least recently used graph goes past th
 
 bool same_shape(const dim3& a, const dim3& b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
 
-// Same kernels, blocks, overlap attributes and argument sizes in the same order: the graph's
+// Same kernels, blocks, overlap and cluster attributes and argument sizes in the same order: the graph's
 // nodes and edges. Grids, shared memory and argument values are patched into the nodes.
 bool same_launches(const LaunchLog& a, const LaunchLog& b) {
   if (a.recs.size() != b.recs.size() || a.arg_size != b.arg_size) return false;
   for (size_t i = 0; i < a.recs.size(); ++i) {
     const LaunchRec &x = a.recs[i], &y = b.recs[i];
-    if (x.kernel != y.kernel || !same_shape(x.block, y.block) || x.attrs != y.attrs || x.n_args != y.n_args)
+    if (x.kernel != y.kernel || !same_shape(x.block, y.block) || x.attrs != y.attrs || x.cluster_y != y.cluster_y ||
+        x.n_args != y.n_args)
       return false;
   }
   return true;
@@ -64,6 +65,8 @@ bool log_launch(LaunchLog& log, const void* kernel, const cudaLaunchConfig_t& cf
   r.block = cfg.blockDim;
   r.smem = cfg.dynamicSmemBytes;
   r.attrs = cfg.numAttrs;
+  for (unsigned i = 0; i < cfg.numAttrs; ++i)
+    if (cfg.attrs[i].id == cudaLaunchAttributeClusterDimension) r.cluster_y = cfg.attrs[i].val.clusterDim.y;
   r.first_arg = static_cast<uint32_t>(log.arg_off.size());
   r.n_args = n;
   for (int i = 0; i < n; ++i) {

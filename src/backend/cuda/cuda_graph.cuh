@@ -18,6 +18,7 @@ struct LaunchRec {
   dim3 grid, block;
   size_t smem = 0;
   unsigned attrs = 0;
+  unsigned cluster_y = 1;  // blocks a cluster along y (1: no clusters)
   uint32_t first_arg = 0;  // index into LaunchLog::arg_off / arg_size
   int n_args = 0;
 };

@@ -16,10 +16,10 @@
 // --matmul-input bf16 there is no lo: a step is mma(hi, w), or mma(hi, whi), mma(hi, wlo). Q8_0:
 // x rounded to bf16, int8 values exact; a chunk (one block of 32) sums from zero in its two
 // steps, then acc = fma(scale, block_sum, acc). The slices' sums are added in slice order
-// (p0 + p1, + p2, ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the last block of
-// a tile to arrive adds the partials; many rows: one block walks every slice of its tile and
-// folds each slice's chain into the total as it ends. Rows past M are zero padding; padded k
-// adds zeros.
+// (p0 + p1, + p2, ...), then the bias. Few rows: one block per (32 or 64 columns, slice) and the
+// last block of a tile to arrive adds the partials (or the tile's blocks, as one cluster, in
+// shared memory); many rows: one block walks every slice of its tile and folds each slice's chain
+// into the total as it ends. Rows past M are zero padding; padded k adds zeros.
 // This header holds what the matmul's files share: the operand helpers, the K split, the slice
 // partials, cp.async and the many-row tiles' x planes and launch.
 #include <algorithm>
@@ -110,6 +110,7 @@ struct SplitArgs {
   float* part;  // [s][M][N] partial sums (s > 1 and one block per slice)
   unsigned* counters;
   bool fold = false;  // few rows: one block walks every slice, folding each sum in slice order
+  bool cluster = false;  // few rows: a tile's slices are one cluster, summed in shared memory
 };
 
 // The K split, a function of K and N only, so a row's chains never depend on the batch: the wave
@@ -299,6 +300,43 @@ __device__ __forceinline__ void reduce_slices(const SplitArgs& sp, int64_t M, in
   if (vec && sp.s <= 5) reduce_slices_by<4, 4, 4>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
   else if (vec) reduce_slices_by<4, 1, 16>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
   else reduce_slices_by<1, 4, 8>(sp, M, N, P, m0, rows, n0, cols, bias, y, rowmap);
+}
+
+// A few-row block's share of its tile's sum when the tile's s slice blocks are one cluster along y
+// (sp.cluster; rank = slice): each block has put its partials in part ([rows][BN], shared
+// memory), and block q adds elements q, q + s, ... of them over the cluster in slice order, as
+// reduce_slices does, then the bias. Every live block of the cluster calls it.
+template <int BN>
+__device__ __forceinline__ void cluster_slices(const float* part, int s, int64_t M, int64_t N, int64_t n0,
+                                               const float* __restrict__ bias, float* __restrict__ y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kU = 8;  // slices loaded before they are added
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  const uint32_t at0 = static_cast<uint32_t>(__cvta_generic_to_shared(part));
+  const int n = static_cast<int>(M) * BN;
+  for (int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x); i < n; i += s * static_cast<int>(blockDim.x)) {
+    const int64_t c = n0 + i % BN;
+    float t = 0.0f;
+    for (int q0 = 0; q0 < s; q0 += kU) {
+      float v[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (q0 + u >= s) break;
+        uint32_t at;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(at) : "r"(at0 + 4u * i), "r"(q0 + u));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[u]) : "r"(at) : "memory");
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (q0 + u < s) t = q0 + u == 0 ? v[0] : __fadd_rn(t, v[u]);
+    }
+    if (c < N) y[(i / BN) * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
+  }
+  // No block leaves while another may still read its partials.
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();  // launched in clusters only where cluster_on()
+#endif
 }
 
 // hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is

@@ -65,6 +65,57 @@ void with_prex(bool fits, F f) {
   else f(std::false_type{});
 }
 
+// The cluster size of a plain few-row launch whose tiles run `slices` slice blocks: the slices,
+// where the device has clusters and they number 2..TF_CUDA_SKINNY_CLUSTER (default 8, the
+// portable size; 0: never, for side-by-side timing), and the tile's blocks then sum its partials
+// in shared memory; else 1, and the last block of a tile to arrive sums them from global memory.
+// Either way each sum runs in slice order, so the bits are the same.
+unsigned skinny_cluster(int slices) {
+  static const int cap = [] {
+    const char* e = std::getenv("TF_CUDA_SKINNY_CLUSTER");
+    return e ? std::min(std::atoi(e), 16) : 8;
+  }();
+  return slices > 1 && slices <= cap && cluster_on() ? static_cast<unsigned>(slices) : 1u;
+}
+
+// The cluster size a few-row launch of kern over grid (one cluster a tile, its slices along y)
+// runs with: skinny_cluster's where its `live` blocks (a kMulti launch's outputs of fewer slices
+// leave the rest at once) fit the clusters the card holds at once, else 1: past that some tiles'
+// clusters wait for a second wave, which costs more than the partials' pass saves. The card's
+// count is asked once per kernel and size.
+template <class K>
+unsigned fit_cluster(K* kern, dim3 grid, int64_t live) {
+  const unsigned c = skinny_cluster(static_cast<int>(grid.y));
+  if (c <= 1) return 1;
+  struct Fit {
+    const void* f;
+    unsigned c;
+    int n;
+  };
+  thread_local std::vector<Fit> fits;
+  const void* f = reinterpret_cast<const void*>(kern);
+  int n = -1;
+  for (const Fit& x : fits)
+    if (x.f == f && x.c == c) n = x.n;
+  if (n < 0) {
+    if (c > 8) (void)cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim = {1, c, 1};
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, c);
+    cfg.blockDim = dim3(kSkinnyWarps * 32);
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    fits.push_back({f, c, n});
+  }
+  return live <= static_cast<int64_t>(n) * c ? c : 1u;
+}
+
 // Column tiles of 8 a warp of the few-row kernel owns: two once one-tile blocks would pass one
 // wave (blocks1 of them), so a warp's two chains overlap; TF_CUDA_SKINNY_TN=1|2 forces it
 // (side-by-side timing). The chains, and so the bits, are the same.
@@ -92,17 +143,19 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
   with_tn((y.cols + skinny_cols(1) - 1) / skinny_cols(1) * sp.s, [&](auto tn) {
     constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
     const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN), static_cast<unsigned>(sp.s));
-    if (sp.s > 1) {
-      sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
-      sp.counters = be.matmul_counters(grid.x);
-    }
     with_prex<WT>(x.rows <= 8, [&](auto prex) {
       with_wt_xlo<WT>(be, [&](auto xlo) {
         constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
         auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false, L>
                                : skinny_matmul<WT, false, false, false, TN, P, L>;
-        launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales,
-                      bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+        const unsigned cluster = fit_cluster(kern, grid, int64_t{grid.x} * grid.y);
+        sp.cluster = cluster > 1;
+        if (sp.s > 1 && !sp.cluster) {
+          sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+          sp.counters = be.matmul_counters(grid.x);
+        }
+        launch_kernel_cluster(cluster, kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales,
+                              bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
       });
     });
   });
@@ -122,6 +175,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     MultiArgs ma{};  // unused outputs zero, so a graphed round's arguments compare equal
     ma.n = static_cast<int>(ws.size());
     int tiles = 0, slices = 1;
+    int64_t live = 0;  // blocks that run a slice
     bool vec_w = true;
     for (int i = 0; i < ma.n; ++i) {
       MultiOut& o = ma.o[i];
@@ -130,11 +184,10 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
       o.tiles = static_cast<int>((o.N + BN - 1) / BN);
       o.sp = sps[i];
       tiles += o.tiles;
+      live += static_cast<int64_t>(o.tiles) * o.sp.s;
       slices = std::max(slices, o.sp.s);
       vec_w = vec_w && (WT == kQ8 || ws[i]->cols % 8 == 0);
     }
-    carve_partials(be, x.rows, ma.n,
-                   [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
     const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
     with_prex<WT>(x.rows <= 8, [&](auto prex) {
@@ -142,8 +195,16 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
         constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
         auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN, false, L>
                                : skinny_matmul<WT, false, false, true, TN, P, L>;
-        launch_kernel(kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
-                      nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+        // In clusters of every slice block of a tile: an output of fewer slices leaves its extra blocks.
+        const unsigned cluster = fit_cluster(kern, grid, live);
+        if (cluster > 1) {
+          for (int i = 0; i < ma.n; ++i) ma.o[i].sp.cluster = true;
+        } else {
+          carve_partials(be, x.rows, ma.n,
+                         [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
+        }
+        launch_kernel_cluster(cluster, kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
+                              nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
       });
     });
   });

@@ -95,6 +95,8 @@ constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for
 // shared memory once (whole_x_bytes), so the k loop has no barrier and no x load; the same
 // operand words. With gr.items_early a grouped block reads its item and issues its first weight
 // loads before the wait.
+// sp.cluster (plain and kMulti launches): the slice blocks of a tile are one cluster along y, and
+// they sum the tile's partials in shared memory (cluster_slices) instead of the last to arrive.
 // Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
 // would spill at that cap.
 template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false,
@@ -396,6 +398,22 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       for (int e = 0; e < 4; ++e) acc[j][e] = have_tot ? tot[j][e] : 0.0f;
   }
   const bool partial = !sp.fold && sp.s > 1;
+  if constexpr (!kGroup && !kWhole) {
+    if (partial && sp.cluster) {
+      // The last step's barrier freed xs: it holds the block's partials as [row][BN].
+      static_assert(sizeof(xs) >= sizeof(float) * R * BN, "xs holds a tile's partials");
+      float* red = reinterpret_cast<float*>(&xs[0][0][0]);
+#pragma unroll
+      for (int j = 0; j < TN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = g + (e >= 2 ? 8 : 0);
+          if (r < M) red[r * BN + warp * 8 * TN + 8 * j + 2 * t4 + (e & 1)] = acc[j][e];
+        }
+      cluster_slices<BN>(red, sp.s, M, N, n0, bias, y);
+      return;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < TN; ++j)
 #pragma unroll

@@ -41,6 +41,9 @@ cudaStream_t stream();
 // turns it off (side-by-side timing).
 bool pdl_on();
 
+// Whether the device launches thread block clusters (sm_90).
+bool cluster_on();
+
 __device__ __forceinline__ void grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -91,20 +94,28 @@ inline uint64_t launch_count() { return g_launches.load(std::memory_order_relaxe
 
 // Launches kernel on the backend's stream, overlapping the kernel before it when `overlap` and
 // pdl_on(); errors surface through check_launch like a <<<>>> launch's.
+// cluster_y > 1: blocks form clusters of that many along y (sm_90).
 template <class... P, class... A>
-void launch_on_stream(bool overlap, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+void launch_on_stream(bool overlap, unsigned cluster_y, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                       A&&... args) {
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2] = {};
+  unsigned n = 0;
+  if (overlap && pdl_on()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_y > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n++].val.clusterDim = {1, cluster_y, 1};
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream();
   cfg.attrs = attr;
-  cfg.numAttrs = overlap && pdl_on() ? 1 : 0;
+  cfg.numAttrs = n;
   if (!tl_launch_log && poison_shared_on()) poison_shared();
   if (tl_launch_log) {
     std::tuple<P...> vals{static_cast<P>(args)...};
@@ -117,14 +128,21 @@ void launch_on_stream(bool overlap, void (*kernel)(P...), dim3 grid, dim3 block,
 // A launch that may overlap the kernel before it.
 template <class... P, class... A>
 void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
-  launch_on_stream(true, kernel, grid, block, smem, std::forward<A>(args)...);
+  launch_on_stream(true, 1, kernel, grid, block, smem, std::forward<A>(args)...);
+}
+
+// launch_kernel with the blocks in clusters of cluster_y along y (cluster_on() must hold).
+template <class... P, class... A>
+void launch_kernel_cluster(unsigned cluster_y, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                           A&&... args) {
+  launch_on_stream(true, cluster_y, kernel, grid, block, smem, std::forward<A>(args)...);
 }
 
 // A launch that starts once the kernel before it has ended, for tile kernels of about a wave:
 // blocks placed while that kernel's blocks drain would crowd the SMs freed first.
 template <class... P, class... A>
 void launch_kernel_whole(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
-  launch_on_stream(false, kernel, grid, block, smem, std::forward<A>(args)...);
+  launch_on_stream(false, 1, kernel, grid, block, smem, std::forward<A>(args)...);
 }
 
 // Blocks of a 1-D launch covering n items, at least 1.
