@@ -107,7 +107,10 @@ unsigned fit_cluster(K* kern, dim3 grid, int64_t live) {
     cfg.blockDim = dim3(kSkinnyWarps * 32);
     cfg.attrs = &at;
     cfg.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+    // Code built for an older arch (JIT on this card) has no cluster sum: __CUDA_ARCH__ < 900 there.
+    cudaFuncAttributes fa = {};
+    if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess || fa.ptxVersion < 90 ||
+        cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();
       n = 0;
     }
