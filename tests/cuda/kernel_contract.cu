@@ -170,7 +170,8 @@ std::vector<Case> kernels() {
                  return matmul_gate_all(real_matmul(), g, c, DType::BF16, 4096, 4096, 17, true, 20);
                }});
   // 17..64 rows on the warpgroup tiles of 64 rows (a decode round of many lanes), checked against
-  // every smaller batch, the few-row kernel's included.
+  // every smaller batch, the few-row kernel's included (at 1..16 rows its 8 slices of 512 take two
+  // column tiles a warp, in clusters, where the card has them).
   v.push_back({"matmul BF16 64x4096x2048 decode-round tiles (every m)", [](Backend& g, Backend& c) {
                  return matmul_gate_all(real_matmul(), g, c, DType::BF16, 4096, 2048, 64, true, 26);
                }});

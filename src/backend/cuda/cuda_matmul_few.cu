@@ -131,11 +131,26 @@ int skinny_tn(int64_t blocks1) {
   return forced ? forced : blocks1 > kTargetBlocks ? 2 : 1;
 }
 
+// Calls f with std::integral_constant<int, TN> for tn (1 or 2).
+template <class F>
+void with_tn_of(int tn, F f) {
+  if (tn == 2) f(std::integral_constant<int, 2>{});
+  else f(std::integral_constant<int, 1>{});
+}
+
 // Calls f with std::integral_constant<int, TN> for skinny_tn(blocks1).
 template <class F>
 void with_tn(int64_t blocks1, F f) {
-  if (skinny_tn(blocks1) == 2) f(std::integral_constant<int, 2>{});
-  else f(std::integral_constant<int, 1>{});
+  with_tn_of(skinny_tn(blocks1), f);
+}
+
+// Whether a plain few-row launch whose one-tile blocks miss the card's clusters takes two column
+// tiles a warp, where half as many blocks fit them: only for slices of at most four of those
+// blocks' steps, short enough that skipping the partials' pass outweighs half the warps in flight.
+// TF_CUDA_SKINNY_WIDE=0: never, for side-by-side timing. The chains, so the bits, are the same.
+bool skinny_wide(int64_t ks) {
+  static const bool on = !env_zero("TF_CUDA_SKINNY_WIDE");
+  return on && ks <= 4 * 32 * (kSkinnyUnroll / 2);
 }
 
 template <int WT>
@@ -143,22 +158,36 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
                    Tensor y, SplitArgs sp) {
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
-  with_tn((y.cols + skinny_cols(1) - 1) / skinny_cols(1) * sp.s, [&](auto tn) {
-    constexpr int TN = decltype(tn)::value, BN = skinny_cols(TN);
-    const dim3 grid(static_cast<unsigned>((y.cols + BN - 1) / BN), static_cast<unsigned>(sp.s));
-    with_prex<WT>(x.rows <= 8, [&](auto prex) {
-      with_wt_xlo<WT>(be, [&](auto xlo) {
-        constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
-        auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false, L>
-                               : skinny_matmul<WT, false, false, false, TN, P, L>;
-        const unsigned cluster = fit_cluster(kern, grid, int64_t{grid.x} * grid.y);
-        sp.cluster = cluster > 1;
-        if (sp.s > 1 && !sp.cluster) {
-          sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
-          sp.counters = be.matmul_counters(grid.x);
-        }
-        launch_kernel_cluster(cluster, kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data, w.scales,
-                              bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+  auto grid_of = [&](int tn) {
+    return dim3(static_cast<unsigned>((y.cols + skinny_cols(tn) - 1) / skinny_cols(tn)), static_cast<unsigned>(sp.s));
+  };
+  with_prex<WT>(x.rows <= 8, [&](auto prex) {
+    with_wt_xlo<WT>(be, [&](auto xlo) {
+      constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
+      auto kern_of = [&](auto tn) {
+        constexpr int TN = decltype(tn)::value;
+        return x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false, L>
+                          : skinny_matmul<WT, false, false, false, TN, P, L>;
+      };
+      constexpr std::integral_constant<int, 1> one{};
+      constexpr std::integral_constant<int, 2> two{};
+      const dim3 g1 = grid_of(1), g2 = grid_of(2);
+      int tn = skinny_tn(int64_t{g1.x} * g1.y);
+      unsigned cluster = tn == 2 ? fit_cluster(kern_of(two), g2, int64_t{g2.x} * g2.y)
+                                 : fit_cluster(kern_of(one), g1, int64_t{g1.x} * g1.y);
+      if (tn == 1 && cluster == 1 && skinny_cluster(sp.s) > 1 && skinny_wide(sp.ks)) {
+        const unsigned c2 = fit_cluster(kern_of(two), g2, int64_t{g2.x} * g2.y);
+        if (c2 > 1) tn = 2, cluster = c2;
+      }
+      sp.cluster = cluster > 1;
+      const dim3 grid = grid_of(tn);
+      if (sp.s > 1 && !sp.cluster) {
+        sp.part = be.matmul_partials(static_cast<uint64_t>(sp.s) * x.rows * y.cols);
+        sp.counters = be.matmul_counters(grid.x);
+      }
+      with_tn_of(tn, [&](auto t) {
+        launch_kernel_cluster(cluster, kern_of(t), grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data,
+                              w.scales, bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
       });
     });
   });
