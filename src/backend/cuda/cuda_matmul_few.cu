@@ -175,7 +175,7 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
       int tn = skinny_tn(int64_t{g1.x} * g1.y);
       unsigned cluster = tn == 2 ? fit_cluster(kern_of(two), g2, int64_t{g2.x} * g2.y)
                                  : fit_cluster(kern_of(one), g1, int64_t{g1.x} * g1.y);
-      if (tn == 1 && cluster == 1 && skinny_cluster(sp.s) > 1 && skinny_wide(sp.ks)) {
+      if (tn == 1 && cluster == 1 && skinny_wide(sp.ks)) {
         const unsigned c2 = fit_cluster(kern_of(two), g2, int64_t{g2.x} * g2.y);
         if (c2 > 1) tn = 2, cluster = c2;
       }
