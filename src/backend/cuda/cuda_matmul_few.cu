@@ -169,14 +169,17 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
         return x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false, L>
                           : skinny_matmul<WT, false, false, false, TN, P, L>;
       };
-      constexpr std::integral_constant<int, 1> one{};
-      constexpr std::integral_constant<int, 2> two{};
-      const dim3 g1 = grid_of(1), g2 = grid_of(2);
-      int tn = skinny_tn(int64_t{g1.x} * g1.y);
-      unsigned cluster = tn == 2 ? fit_cluster(kern_of(two), g2, int64_t{g2.x} * g2.y)
-                                 : fit_cluster(kern_of(one), g1, int64_t{g1.x} * g1.y);
+      // The cluster size of the launch with tn column tiles a warp, every block live.
+      auto fit = [&](int tn) {
+        const dim3 g = grid_of(tn);
+        const int64_t live = int64_t{g.x} * g.y;
+        return tn == 2 ? fit_cluster(kern_of(std::integral_constant<int, 2>{}), g, live)
+                       : fit_cluster(kern_of(std::integral_constant<int, 1>{}), g, live);
+      };
+      int tn = skinny_tn(int64_t{grid_of(1).x} * sp.s);
+      unsigned cluster = fit(tn);
       if (tn == 1 && cluster == 1 && skinny_wide(sp.ks)) {
-        const unsigned c2 = fit_cluster(kern_of(two), g2, int64_t{g2.x} * g2.y);
+        const unsigned c2 = fit(2);
         if (c2 > 1) tn = 2, cluster = c2;
       }
       sp.cluster = cluster > 1;
