@@ -195,6 +195,25 @@ bool ws_takes(int64_t M, int64_t N, int slices) {
   return slices == 1 && blocks >= kTargetBlocks / 4;
 }
 
+// How many of a thread's running totals tile e's 256-column blocks hold in registers, the rest in
+// shared memory, when they take a folding launch of M x N in `slices` slices, or 0 where they do not:
+// more than one slice, whole column tiles with 8-byte aligned pairs (their only stores), and waves no
+// longer than the 128-column form's, whose blocks take half the time and are twice as many (both fit
+// one to an SM) (TF_CUDA_WG_WST=0: never; =64: 64 in registers and three stages instead of 96 and four,
+// for side-by-side timing).
+int ws_tot_regs(int64_t M, int64_t N, int slices, const float* y, const float* bias) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_WG_WST");
+    return !e ? -1 : std::string(e) == "0" ? 0 : std::string(e) == "64" ? 64 : -1;
+  }();
+  constexpr int64_t sms = kTargetBlocks / 4;
+  const int64_t blocks = (M + kWsRows - 1) / kWsRows * (N / kWsCols);
+  const bool pairs = N % kWsCols == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(bias) % 8 == 0;
+  if (forced == 0 || slices == 1 || !pairs || 2 * ((blocks + sms - 1) / sms) > (2 * blocks + sms - 1) / sms) return 0;
+  return forced > 0 ? forced : 96;
+}
+
 // Whether tile e's 128-column form, whose running total stays in registers, takes a folding launch
 // of M x N in `slices` slices: more than one slice, and its blocks enough for a quarter of the
 // target (TF_CUDA_WG_WSH=0: never, for side-by-side timing).
@@ -204,15 +223,15 @@ bool ws_half_takes(int64_t M, int64_t N, int slices) {
   return !off && slices > 1 && blocks >= kTargetBlocks / 4;
 }
 
-// Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp; kCols
-// of 128 holds the fold's total in registers.
-template <bool kGlu, int kCols = kWsCols>
+// Tile e: one x plane, the weights (gate and up with kGlu), y folded over the slices of sp; with
+// kTotRegs the fold's total stays on chip, that many of a thread's in registers.
+template <bool kGlu, int kCols = kWsCols, int kTotRegs = (kCols < kWsCols ? kCols / 2 : 0)>
 void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight& w, const CudaWeight* up,
                int act, const float* bias, Tensor y, const SplitArgs& sp, uint16_t* yh = nullptr) {
   static bool raised = false;
   if (!raised) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       ws_smem(kCols)),
+    TF_CUDA_CHECK(cudaFuncSetAttribute(ws_matmul<kGlu, kCols, kTotRegs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       ws_smem(kCols, kTotRegs)),
                   "matmul: shared memory limit");
     raised = true;
   }
@@ -221,8 +240,8 @@ void launch_ws(const uint16_t* hi, int64_t Kp, const Tensor& x, const CudaWeight
   const unsigned blocks = static_cast<unsigned>((M + kWsRows - 1) / kWsRows * ((N + kBn - 1) / kBn));
   const CUtensorMap xm = box_map(hi, Kp, M, Kp, kWsRows), wm = box_map(w.data, x.cols, N, x.cols, kBn);
   const CUtensorMap um = kGlu ? box_map(up->data, x.cols, N, x.cols, kBn) : wm;
-  launch_kernel_whole(ws_matmul<kGlu, kCols>, dim3(blocks), dim3(kWsThreads), ws_smem(kCols), M, x.cols, bias,
-                      y.data, N, sp, xm, wm, um, act, yh);
+  launch_kernel_whole(ws_matmul<kGlu, kCols, kTotRegs>, dim3(blocks), dim3(kWsThreads), ws_smem(kCols, kTotRegs),
+                      M, x.cols, bias, y.data, N, sp, xm, wm, um, act, yh);
 }
 
 // A tile letter a.. from variable `name` as 0.., "0" as -2, unset or anything else as -1.
@@ -267,6 +286,11 @@ bool launch_bf16_wgmma(CudaBackend& be, const Tensor& x, const CudaWeight& w, co
   const bool fold = fold_slices(tiles, sp, M, y.cols, kTargetBlocks / 8);
   if (fold && ws_ok && M > 64 && pin < 0 && ws_takes(M, y.cols, sp.s)) {
     launch_ws<false>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
+    return true;
+  }
+  if (const int regs = fold && ws_ok && M > 64 && pin < 0 ? ws_tot_regs(M, y.cols, sp.s, y.data, bias) : 0) {
+    if (regs == 64) launch_ws<false, kWsCols, 64>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
+    else launch_ws<false, kWsCols, 96>(hi, Kp, x, w, nullptr, 0, bias, y, sp);
     return true;
   }
   if (fold && ws_ok && M > 64 && pin < 0 && ws_half_takes(M, y.cols, sp.s)) {

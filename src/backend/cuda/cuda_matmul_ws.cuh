@@ -23,10 +23,21 @@ constexpr int kWsGroup = 8;
 // How many 8-column groups of running totals a consumer thread loads at once when it folds a slice.
 constexpr int kWsFoldChunk = 8;
 
-// Stages of a block kCols wide: the 128-column form's stages are two thirds the size, so it keeps six.
-__host__ __device__ constexpr int ws_stages(int cols) { return cols == kWsCols ? kWsStages : 6; }
+// Bytes of shared memory the running totals take when a block holds them on chip with `regs` of a
+// consumer thread's kCols / 2 in registers: the rest, over the 256 consumer threads.
+constexpr int ws_tot_bytes(int cols, int regs) { return regs > 0 ? 4 * (cols / 2 - regs) * 256 : 0; }
 
-constexpr int ws_smem(int cols = kWsCols) { return ws_stages(cols) * (kWsRows + cols) * kSwzRow * 2 + 1024; }
+// Stages of a block kCols wide: four of 256 columns, six of the 128-column form's, two thirds the
+// size; fewer where the totals' shared memory leaves no room for them within a block's 227 KiB.
+__host__ __device__ constexpr int ws_stages(int cols, int regs = 0) {
+  int st = cols == kWsCols ? kWsStages : 6;
+  while (st * (kWsRows + cols) * kSwzRow * 2 + ws_tot_bytes(cols, regs) + 1024 > 227 * 1024) --st;
+  return st;
+}
+
+constexpr int ws_smem(int cols = kWsCols, int regs = 0) {
+  return ws_stages(cols, regs) * (kWsRows + cols) * kSwzRow * 2 + ws_tot_bytes(cols, regs) + 1024;
+}
 
 // The columns of y a block writes: kGlu's 256 products are 128 of gate and the same 128 of up.
 template <bool kGlu>
@@ -34,21 +45,27 @@ __host__ __device__ constexpr int ws_out_cols() { return kGlu ? kWsCols / 2 : kW
 
 // y (M x N, f32) = x (M x K, bf16 plane xh, rows Kp apart) times w (N x K, bf16), K % 64 == 0. A
 // block computes a 128 x kCols tile; slices of sp.ks end each chain, folded in slice order into a
-// running total, then the bias. With 256 columns the total lives in y (a consumer's 128
-// accumulators leave no room for it); with 128 it lives in registers and y is written once.
+// running total, then the bias. With kTotRegs the total stays on chip and y is written once: that many
+// of a thread's in registers (all of them at 128 columns), the rest in shared memory (at 256 columns,
+// whose 128 accumulators leave no room for all). Without (0) it lives in y.
 // maps: x in boxes of 128 rows, w of kCols.
 // kGlu: y = act(x gate^T) * (x up^T) as act_mul computes it, gate in wmap and up in umap (boxes of
 // 128 rows each, one slice, no bias); act is act_value's code. With yh set (N even) it goes there
 // instead, as the bf16 plane split_x would make of y (rows N apart).
-template <bool kGlu, int kCols = kWsCols>
+template <bool kGlu, int kCols = kWsCols, int kTotRegs = (kCols < kWsCols ? kCols / 2 : 0)>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_matmul(int64_t M, int64_t K, const float* __restrict__ bias, float* __restrict__ y, int64_t N,
               SplitArgs sp, const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
               const __grid_constant__ CUtensorMap umap, int act, uint16_t* __restrict__ yh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kCols == kWsCols || (!kGlu && kCols == kWsCols / 2), "256 columns, or 128 without the glu");
-  constexpr bool kRegTot = kCols < kWsCols;
-  constexpr int kSt = ws_stages(kCols);
+  constexpr bool kTot = kTotRegs > 0;
+  static_assert(!kGlu || !kTot, "the glu has one slice");
+  static_assert(kCols == kWsCols || kTotRegs == kCols / 2, "128 columns keep their total in registers");
+  static_assert(kTotRegs <= kCols / 2 && (kCols / 2 - kTotRegs) % 2 == 0, "the totals' split");
+  constexpr int kSt = ws_stages(kCols, kTotRegs);
+  // 96 totals beside 128 accumulators need the consumers' registers up to 240; the producer keeps 24.
+  constexpr bool kWide = kTotRegs > kCols / 4 && kCols == kWsCols;
   grid_wait();
   grid_launch_next();
   constexpr int kX = kWsRows * kSwzRow, kStage = (kWsRows + kCols) * kSwzRow;
@@ -68,8 +85,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int64_t m0 = in / width * kWsRows, n0 = (g * kWsGroup + in % width) * kBn;
   const int tiles = static_cast<int>(K / kSwzRow), per_slice = static_cast<int>(sp.ks / kSwzRow);
   // Whole blocks with 8-byte aligned pairs fold and store by pairs; the edges pair by pair, checked.
-  const bool inside = m0 + kWsRows <= M && n0 + kCols <= N && N % 2 == 0 &&
-                      reinterpret_cast<uintptr_t>(y) % 8 == 0 && reinterpret_cast<uintptr_t>(bias) % 8 == 0;
+  const bool cols_in = n0 + kCols <= N && N % 2 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(bias) % 8 == 0;
+  const bool inside = cols_in && m0 + kWsRows <= M;
+  // A 256-column block with its totals on chip stores by pairs alone: the registers of the checked
+  // edge path's stores would not fit beside its totals, so its launches keep every column tile whole.
+  constexpr bool kPairsOnly = kTot && kCols == kWsCols;
+  if (kPairsOnly && !cols_in) __trap();
   if (tid == 0) {
     for (int i = 0; i < kSt; ++i) {
       mbar_init(full0 + 8 * i, 1);
@@ -79,7 +101,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   __syncthreads();
   if (tid >= 256) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if constexpr (kWide) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     // The producer: stage t % kSt once the consumers handed back its use t - kSt.
     if (tid == 256) {
       for (int t = 0; t < tiles; ++t) {
@@ -94,10 +117,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if constexpr (kWide) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+  else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
   const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + 2 * (lane % 4);
-  float acc[kCols / 2], tot[kRegTot ? kCols / 2 : 1];
+  constexpr int kRegTot = kTot ? kTotRegs : 1;
+  float acc[kCols / 2], tot[kRegTot];
+  // This thread's totals past the registers': element i at stot[256 * i], so a warp's are adjacent.
+  [[maybe_unused]] float* const stot = reinterpret_cast<float*>(smem + kSt * kStage) + tid;
 #pragma unroll
   for (int i = 0; i < kCols / 2; ++i) acc[i] = 0.0f;
   // Slice by slice: no code reads acc between a slice's mma, so they are issued without fences.
@@ -120,20 +147,33 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * ((tend - 1) % kSt));
     // The slice ended: its chain joins the running total, in slice order, then the bias.
     const bool first = t0 == 0, last = tend == tiles;
-    if constexpr (kRegTot) {
+    if constexpr (kTot) {
+      if (!last) {
 #pragma unroll
-      for (int i = 0; i < kCols / 2; ++i) {
-        tot[i] = first ? acc[i] : __fadd_rn(tot[i], acc[i]);
-        acc[i] = 0.0f;
+        for (int i = 0; i < kRegTot; ++i) {
+          tot[i] = first ? acc[i] : __fadd_rn(tot[i], acc[i]);
+          acc[i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = kRegTot; i < kCols / 2; ++i) {
+          float& s = stot[256 * (i - kRegTot)];
+          s = first ? acc[i] : __fadd_rn(s, acc[i]);
+          acc[i] = 0.0f;
+        }
+        continue;
       }
-      if (!last) continue;
+      // The last slice: the whole total into acc, which the stores read.
+#pragma unroll
+      for (int i = 0; i < kCols / 2; ++i)
+        if (!first) acc[i] = __fadd_rn(i < kRegTot ? tot[i] : stot[256 * (i - kRegTot)], acc[i]);
 #pragma unroll
       for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t r = r0 + 8 * h, c = c0 + 8 * j;
-          float v0 = tot[4 * j + 2 * h], v1 = tot[4 * j + 2 * h + 1];
-          if (inside) {
+          float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+          if (kPairsOnly || inside) {
+            if (r >= M) continue;
             if (bias) {
               const float2 b2 = *reinterpret_cast<const float2*>(bias + c);
               v0 = __fadd_rn(v0, b2.x), v1 = __fadd_rn(v1, b2.y);
