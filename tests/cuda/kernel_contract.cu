@@ -209,6 +209,14 @@ std::vector<Case> kernels() {
                  return matmul_gate(real_matmul(), g, c, DType::BF16, 4096, 4360, 1040,
                                     {1, 16, 17, 64, 65, 129, 1040}, true, 29);
                }});
+  // Four slices, the last one a single 64-k stage, over whole 256-column tiles: at 1,040 rows (bf16)
+  // tile e's 126 blocks of 128 x 256 fold them on chip, totals in registers and shared memory, and
+  // store the last row tile's 16 rows alone.
+  v.push_back({"matmul BF16 1040x3136x3584 128 x 256 blocks, totals on chip (sampled m)",
+               [](Backend& g, Backend& c) {
+                 return matmul_gate(real_matmul(), g, c, DType::BF16, 3136, 3584, 1040,
+                                    {1, 16, 17, 64, 65, 129, 1040}, true, 30);
+               }});
   // One slice (K = 200) ending a chunk into a 64-k stage of the many-row tiles, which fold it:
   // the slice stays one chain, and the last stage runs its first chunk's steps alone.
   v.push_back({"matmul BF16 200x200x8448 one slice, one-chunk last stage (sampled m)",
