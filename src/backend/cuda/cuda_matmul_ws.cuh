@@ -25,7 +25,9 @@ constexpr int kWsFoldChunk = 8;
 
 // Bytes of shared memory the running totals take when a block holds them on chip with `regs` of a
 // consumer thread's kCols / 2 in registers: the rest, over the 256 consumer threads.
-constexpr int ws_tot_bytes(int cols, int regs) { return regs > 0 ? 4 * (cols / 2 - regs) * 256 : 0; }
+__host__ __device__ constexpr int ws_tot_bytes(int cols, int regs) {
+  return regs > 0 ? 4 * (cols / 2 - regs) * 256 : 0;
+}
 
 // Stages of a block kCols wide: four of 256 columns, six of the 128-column form's, two thirds the
 // size; fewer where the totals' shared memory leaves no room for them within a block's 227 KiB.
