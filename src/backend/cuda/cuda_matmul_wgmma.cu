@@ -198,9 +198,9 @@ bool ws_takes(int64_t M, int64_t N, int slices) {
 // How many of a thread's running totals tile e's 256-column blocks hold in registers, the rest in
 // shared memory, when they take a folding launch of M x N in `slices` slices, or 0 where they do not:
 // more than one slice, whole column tiles with 8-byte aligned pairs (their only stores), and waves no
-// longer than the 128-column form's, whose blocks take half the time and are twice as many (both fit
-// one to an SM) (TF_CUDA_WG_WST=0: never; =64: 64 in registers and three stages instead of 96 and four,
-// for side-by-side timing).
+// longer than the 128-column form's, whose blocks take half the time and are twice as many (one block
+// an SM either way). TF_CUDA_WG_WST=0: never; =64: 64 in registers and three stages instead of 96 and
+// four, for side-by-side timing.
 int ws_tot_regs(int64_t M, int64_t N, int slices, const float* y, const float* bias) {
   static const int forced = [] {
     const char* e = std::getenv("TF_CUDA_WG_WST");
