@@ -129,6 +129,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   [[maybe_unused]] float* const stot = reinterpret_cast<float*>(smem + kSt * kStage) + tid;
 #pragma unroll
   for (int i = 0; i < kCols / 2; ++i) acc[i] = 0.0f;
+  // -0 is the add's identity, bits included, so the first fold adds too: a select there let the
+  // compiler move the accumulators between registers, which serialized the mma.
+#pragma unroll
+  for (int i = 0; i < kRegTot; ++i) tot[i] = -0.0f;
   // Slice by slice: no code reads acc between a slice's mma, so they are issued without fences.
   for (int t0 = 0; t0 < tiles; t0 += per_slice) {
     const int tend = t0 + per_slice < tiles ? t0 + per_slice : tiles;
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       if (!last) {
 #pragma unroll
         for (int i = 0; i < kRegTot; ++i) {
-          tot[i] = first ? acc[i] : __fadd_rn(tot[i], acc[i]);
+          tot[i] = __fadd_rn(tot[i], acc[i]);
           acc[i] = 0.0f;
         }
 #pragma unroll
