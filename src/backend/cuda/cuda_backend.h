@@ -169,6 +169,13 @@ class CudaBackend : public Backend {
                       float* y);
   // A device buffer of at least n bytes kept for one use (slot, a BufferSlot) across calls.
   void* buffer(int slot, uint64_t n);
+  // What kSlotSplitX holds, while one x's planes may serve several matmuls (matmul_many): split_x
+  // then splits that x once.
+  struct SplitOnce {
+    const float* x = nullptr;  // set while armed: the x whose planes may be kept
+    int64_t rows = 0, cols = 0, kp = 0;
+    uint16_t* hi = nullptr;  // its planes, once split
+  } split_once;
 
   // Device scratch of at least n bytes for one op's metadata; the next op reuses it, which
   // the single in-order stream makes safe.

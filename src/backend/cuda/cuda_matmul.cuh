@@ -348,12 +348,17 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K
 // (lo follows it, M * Kp further on, where x_lo(be)).
 inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
   const int64_t M = x.rows, K = x.cols;
+  CudaBackend::SplitOnce& once = be.split_once;
+  const bool keep = once.x == x.data && once.rows == M && once.cols == K && once.kp == Kp;
+  if (keep && once.hi) return once.hi;
   const int planes = x_lo(be) ? 2 : 1;
   auto* hi = static_cast<uint16_t*>(
       be.buffer(kSlotSplitX, static_cast<uint64_t>(planes * M * Kp) * sizeof(uint16_t)));
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
   launch_kernel(split_x_kernel, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp,
                 vec, hi, planes == 2 ? hi + M * Kp : nullptr);
+  // The slot now holds this x's planes alone.
+  once.hi = keep ? hi : nullptr;
   return hi;
 }
 

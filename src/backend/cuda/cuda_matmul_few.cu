@@ -336,6 +336,16 @@ void CudaBackend::matmul_many(const Tensor& x, const std::vector<MatmulOut>& out
   }
   if (one && x.rows > 16) one = wgmma_many_takes(x, ws);
   if (!one) {
+    // Each output's warpgroup launch reads the same planes of x: split it once, unless an output
+    // overwrites x.
+    bool keep = true;
+    for (const MatmulOut& o : outs) keep = keep && o.y.data != x.data;
+    // Disarmed on every way out, a throw included: a later x at the same address is another x.
+    struct Disarm {
+      SplitOnce& once;
+      ~Disarm() { once = {}; }
+    } disarm{split_once};
+    if (keep) split_once = {x.data, x.rows, x.cols, (x.cols + 31) / 32 * 32, nullptr};
     for (const MatmulOut& o : outs) matmul(x, *o.w, o.bias, o.y);
     return;
   }
