@@ -9,6 +9,7 @@
 #include <random>
 
 #include "../unit/cpu_test_gates.h"
+#include "backend/cuda/cuda_backend.h"
 
 namespace tf::contract {
 
@@ -265,7 +266,7 @@ using ManyFn = std::function<void(Backend&, const Tensor&, const std::vector<Bac
 
 // matmul_many: every output bit-identical to its own matmul on the GPU (itself gated against the
 // cpu backend) for M = 1..M (or for the row counts ms), across the one-launch and the one-by-one
-// paths.
+// paths; then with new values in x's memory, a lone matmul and matmul_many on it see them.
 std::string many_gate(const ManyFn& f, Backend& gpu, DType dt, int64_t K, const std::vector<int64_t>& Ns,
                       uint32_t seed, int64_t M = 20, std::vector<int64_t> ms = {}) {
   if (ms.empty())
@@ -294,6 +295,31 @@ std::string many_gate(const ManyFn& f, Backend& gpu, DType dt, int64_t K, const 
       if (!same_bits(host(gpu, outs[i].y).data(), host(gpu, one[i]).data(), m * Ns[i]))
         e = "matmul_many: output " + std::to_string(i) + " differs from its own matmul at m=" + std::to_string(m);
     for (size_t i = 0; i < Ns.size(); ++i) gpu.free(outs[i].y), gpu.free(one[i]);
+  }
+  // New values in x's own memory: nothing the last calls kept of x may serve the next.
+  if (e.empty()) {
+    const int64_t m = ms.back();
+    Tensor x2 = upload(gpu, random_floats(rng, static_cast<size_t>(M * K)), M, K);
+    gpu.copy(x2, x);
+    // A lone matmul on x first, right after f's last call on it, then f again.
+    Tensor lone = poisoned(gpu, m, Ns[0]);
+    gpu.matmul(x.slice_rows(0, m), *ws[0], nullptr, lone);
+    std::vector<Backend::MatmulOut> outs;
+    std::vector<Tensor> one;
+    for (size_t i = 0; i < Ns.size(); ++i) {
+      outs.push_back({ws[i].get(), nullptr, poisoned(gpu, m, Ns[i])});
+      one.push_back(poisoned(gpu, m, Ns[i]));
+      gpu.matmul(x2.slice_rows(0, m), *ws[i], nullptr, one.back());
+    }
+    f(gpu, x.slice_rows(0, m), outs);
+    if (!same_bits(host(gpu, lone).data(), host(gpu, one[0]).data(), m * Ns[0]))
+      e = "matmul after matmul_many: kept the old x at m=" + std::to_string(m);
+    for (size_t i = 0; i < Ns.size() && e.empty(); ++i)
+      if (!same_bits(host(gpu, outs[i].y).data(), host(gpu, one[i]).data(), m * Ns[i]))
+        e = "matmul_many: output " + std::to_string(i) + " kept the old x at m=" + std::to_string(m);
+    for (size_t i = 0; i < Ns.size(); ++i) gpu.free(outs[i].y), gpu.free(one[i]);
+    gpu.free(lone);
+    gpu.free(x2);
   }
   gpu.free(x);
   return e;
@@ -375,6 +401,10 @@ std::vector<MoeCase> moe_kernel_cases() {
                  return many_gate(many, g, DType::BF16, 4096, {4096, 1024, 1024}, 107, 520,
                                   {17, 64, 65, 127, 128, 129, 300, 512, 520});
                }});
+  // Past 1,024 rows k and v each fill a launch, so each output runs its own matmul on one split of x.
+  v.push_back({"matmul_many BF16 K=4096 N=4096,1024,1024 (q, k, v), prefill rows one by one", [=](Backend& g, Backend&) {
+                 return many_gate(many, g, DType::BF16, 4096, {4096, 1024, 1024}, 109, 1100, {1025, 1100});
+               }});
   // Together past one wave of one-tile blocks (two column tiles a warp), each alone not.
   v.push_back({"matmul_many BF16 K=2048 N=7000,7000 (gate, up)", [=](Backend& g, Backend&) {
                  return many_gate(many, g, DType::BF16, 2048, {7000, 7000}, 103, 64);
@@ -421,6 +451,15 @@ std::vector<MoeCase> moe_control_cases() {
                    for (auto& e : nb) e.bias = nullptr;
                    be.matmul_many(x, nb);
                  }, g, DType::BF16, 4096, {4096, 1024, 1024}, 98);
+               }});
+  // A split of x kept past the call, as a cache that outlived its matmul_many would be.
+  v.push_back({"matmul_many keeping x's planes past its call", [](Backend& g, Backend&) {
+                 return many_gate([](Backend& be, const Tensor& x, const std::vector<Backend::MatmulOut>& o) {
+                   be.matmul_many(x, o);
+                   auto& cb = dynamic_cast<cuda::CudaBackend&>(be);
+                   cb.split_once = {x.data, x.rows, x.cols, (x.cols + 31) / 32 * 32, nullptr};
+                   be.matmul(x, *o[0].w, o[0].bias, o[0].y);
+                 }, g, DType::BF16, 4096, {4096, 1024, 1024}, 109, 1100, {1025, 1100});
                }});
   v.push_back({"moe shared fold adding the routed sum before the gate", [](Backend& g, Backend& c) {
                  return fold_gate([](Backend& be, const Tensor& x, const Tensor& lg, const MoeRoute& r,
