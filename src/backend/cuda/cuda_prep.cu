@@ -27,6 +27,7 @@ struct PrepArgs {
   float eps;
   int n_heads, kv_heads, head_dim, half;
   bool add_one, neox, bf16;
+  bool vec;  // head_dim % 4 == 0 and every row 16-byte aligned: rows move by float4s
 };
 
 // Value i of pool row `row` (f32 or bf16 bits) becomes x.
@@ -35,12 +36,25 @@ __device__ __forceinline__ void pool_put(void* row, bool bf16, int i, float x) {
   else kv_put(static_cast<float*>(row) + i, x);
 }
 
+// Values i..i+3 of pool row `row` become x (i a multiple of 4, the row 16-byte aligned), rounded
+// as pool_put rounds each.
+__device__ __forceinline__ void pool_put4(void* row, bool bf16, int i, float4 x) {
+  if (!bf16) {
+    *reinterpret_cast<float4*>(static_cast<float*>(row) + i) = x;
+    return;
+  }
+  const auto b = [](float v) { return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v))); };
+  *reinterpret_cast<uint2*>(static_cast<uint16_t*>(row) + i) = make_uint2(b(x.x) | b(x.y) << 16, b(x.z) | b(x.w) << 16);
+}
+
 // A warp per head of a row: q heads, then k heads, then v heads (copied to the pool). A q or k
 // head is staged in shared memory and gets rmsnorm_kernel's arithmetic for one row of head_dim
 // (virtual thread t sums chunk t, the tail goes to thread nc, the 8 warps' sums add in order),
-// then rope_kernel's rotation; k is also written to its pool slot.
+// then rope_kernel's rotation; k is also written to its pool slot. kPer: values a lane holds at
+// most (head_dim <= 32 * kPer); with a.vec every row moves by float4s.
+template <int kPer>
 __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArgs a) {
-  __shared__ float buf[kPrepWarps][kPrepMaxHeadDim];
+  __shared__ __align__(16) float buf[kPrepWarps][32 * kPer];
   grid_wait();
   grid_launch_next();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.head_dim;
@@ -52,7 +66,14 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
     const float* src = a.v + r * kw + h * hd;
     const int64_t at = a.slot[r] * kw + h * hd;
     void* dst = a.bf16 ? static_cast<void*>(static_cast<uint16_t*>(a.v_pool) + at) : static_cast<float*>(a.v_pool) + at;
-    for (int i = lane; i < hd; i += 32) pool_put(dst, a.bf16, i, src[i]);
+    if (a.vec) {
+#pragma unroll
+      for (int j = 0; j < kPer / 4; ++j)
+        if (4 * (lane + 32 * j) < hd)
+          pool_put4(dst, a.bf16, 4 * (lane + 32 * j), *reinterpret_cast<const float4*>(src + 4 * (lane + 32 * j)));
+    } else {
+      for (int i = lane; i < hd; i += 32) pool_put(dst, a.bf16, i, src[i]);
+    }
     return;
   }
   const bool is_q = task < a.n_heads;
@@ -63,7 +84,6 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
   // The pool slot, the norm weights and the rotation's cos/sin load with x, not each after the
   // step before.
   const int64_t at = is_q ? 0 : a.slot[r] * kw + h * hd;
-  constexpr int kPer = kPrepMaxHeadDim / 32;
   float gv[kPer], cv[kPer / 2], sv[kPer / 2];
   const float* cr = a.cs ? a.cs + 2 * r * a.half : nullptr;
 #pragma unroll
@@ -75,9 +95,17 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
       sv[j] = cr && i < a.half ? cr[a.half + i] : 0.0f;
     }
   }
+  if (a.vec) {
 #pragma unroll
-  for (int j = 0; j < kPer; ++j)
-    if (lane + 32 * j < hd) s[lane + 32 * j] = x[lane + 32 * j];
+    for (int j = 0; j < kPer / 4; ++j) {
+      const int i = 4 * (lane + 32 * j);
+      if (i < hd) *reinterpret_cast<float4*>(s + i) = *reinterpret_cast<const float4*>(x + i);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (lane + 32 * j < hd) s[lane + 32 * j] = x[lane + 32 * j];
+  }
   __syncwarp();
   if (g) {
     const int nc = hd / 4;
@@ -114,6 +142,17 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attention_prep_kernel(PrepArg
   void* pool = is_q ? nullptr
                : a.bf16 ? static_cast<void*>(static_cast<uint16_t*>(a.k_pool) + at)
                         : static_cast<float*>(a.k_pool) + at;
+  if (a.vec) {
+#pragma unroll
+    for (int j = 0; j < kPer / 4; ++j) {
+      const int i = 4 * (lane + 32 * j);
+      if (i >= hd) break;
+      const float4 v = *reinterpret_cast<const float4*>(s + i);
+      *reinterpret_cast<float4*>(x + i) = v;
+      if (pool) pool_put4(pool, a.bf16, i, v);
+    }
+    return;
+  }
   for (int i = lane; i < hd; i += 32) {
     x[i] = s[i];
     if (pool) pool_put(pool, a.bf16, i, s[i]);
@@ -158,9 +197,13 @@ void CudaBackend::attention_prep(Tensor q, Tensor k, const Tensor& v, const QkNo
   a.k_pool = kv.k_layer(layer), a.v_pool = kv.v_layer(layer), a.slot = slot, a.bf16 = kv.bf16();
   a.eps = norm.eps, a.add_one = norm.add_one, a.neox = rope.neox;
   a.n_heads = p.n_heads, a.kv_heads = p.n_kv_heads, a.head_dim = hd, a.half = half;
+  const auto al16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  a.vec = hd % 4 == 0 && al16(a.q) && al16(a.k) && al16(a.v) && al16(a.k_pool) && al16(a.v_pool);
   const int tasks = p.n_heads + 2 * p.n_kv_heads;
   const dim3 grid(static_cast<unsigned>(q.rows), static_cast<unsigned>((tasks + kPrepWarps - 1) / kPrepWarps));
-  launch_kernel(attention_prep_kernel, grid, kPrepWarps * 32, 0, a);
+  // The fewest values a lane holds: the unrolled loops test no more than the head has.
+  const auto kernel = hd <= 128 ? attention_prep_kernel<4> : hd <= 256 ? attention_prep_kernel<8> : attention_prep_kernel<16>;
+  launch_kernel(kernel, grid, kPrepWarps * 32, 0, a);
   check_launch("attention_prep");
   kv_written_at_ = launch_count();
 }
