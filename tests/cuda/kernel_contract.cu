@@ -319,7 +319,8 @@ std::vector<Case> kernels() {
                    return sample_gate(real_sample(), g, c, n, 63);
                  }});
   // Llama, Qwen3 (q/k norms), Qwen3-Next (zero-centred norms, partial rotary), Nemotron-H
-  // (neither), an odd head with a norm tail, and the largest head the fused kernel takes.
+  // (neither), an odd head with a norm tail, the largest head the fused kernel takes, and a head
+  // past 256 whose rows move by float4s.
   auto prep = [&](const std::string& name, AttnParams p, int rot, bool neox, bool norms, DType dt, bool one,
                   uint32_t seed) {
     v.push_back({"attention_prep " + name, [=](Backend& g, Backend& c) {
@@ -332,6 +333,7 @@ std::vector<Case> kernels() {
   prep("5/1 hd=78 rot=26 interleaved, norms", attn(5, 1, 78), 26, false, true, DType::F32, false, 79);
   prep("6/2 hd=64 no rope", attn(6, 2, 64), 0, true, false, DType::F32, false, 80);
   prep("3/1 hd=510 rot=508 interleaved, norms", attn(3, 1, 510), 508, false, true, DType::F32, true, 81);
+  prep("4/2 hd=384 rot=384, norms", attn(4, 2, 384), 384, true, true, DType::BF16, false, 83);
   prep("2/1 hd=520 (op by op), norms", attn(2, 1, 520), 64, true, true, DType::F32, false, 82);
   v.push_back({"kv_page_to_host + kv_page_from_host", [](Backend& g, Backend& c) {
                  return kv_page_gate(g, c, 75);
