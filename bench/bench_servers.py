@@ -277,8 +277,9 @@ def bench_one(kind, url, a, pool, procs, prompts, warm, check):
 
 
 def engine_rounds(url):
-    """TensorFold's /metrics over the server's life: the mean decode-only round and its forward
-    (ms), and the emit per generated token (us); empty when the counters are missing."""
+    """TensorFold's /metrics over the server's life: the mean decode-only round, its forward, the
+    forward's wait on the device and the part before the forward (ms), the emit per generated
+    token (us), and the seconds of all rounds by part; empty when the counters are missing."""
     try:
         text = requests.get(url + "/metrics", timeout=10).text
     except requests.RequestException:
@@ -294,7 +295,13 @@ def engine_rounds(url):
     return {"decode_rounds": int(n),
             "decode_round_ms": round(1e3 * v["tensorfold_decode_round_seconds_total"] / n, 3),
             "decode_forward_ms": round(1e3 * v["tensorfold_decode_round_forward_seconds_total"] / n, 3),
-            "emit_us_per_token": round(1e6 * v["tensorfold_round_emit_seconds_total"] / gen, 1)}
+            "emit_us_per_token": round(1e6 * v["tensorfold_round_emit_seconds_total"] / gen, 1),
+            **{f"decode_{k}_ms": round(1e3 * v[f"tensorfold_decode_round_{k}_seconds_total"] / n, 3)
+               for k in ("prepare", "forward_wait") if f"tensorfold_decode_round_{k}_seconds_total" in v},
+            "rounds": int(v.get("tensorfold_rounds_total", 0)),
+            **{f"rounds_{k}s": round(v[f"tensorfold_round_{k}seconds_total"], 3)
+               for k in ("", "forward_", "forward_wait_", "prepare_", "emit_")
+               if f"tensorfold_round_{k}seconds_total" in v}}
 
 
 def main():

@@ -199,6 +199,10 @@ EngineStats Engine::stats() const {
   s.decode_rounds = decode_rounds_;
   s.decode_round_seconds = static_cast<double>(decode_round_ns_.load()) * 1e-9;
   s.decode_forward_seconds = static_cast<double>(decode_forward_ns_.load()) * 1e-9;
+  s.prepare_seconds = static_cast<double>(prepare_ns_.load()) * 1e-9;
+  s.forward_wait_seconds = static_cast<double>(forward_wait_ns_.load()) * 1e-9;
+  s.decode_prepare_seconds = static_cast<double>(decode_prepare_ns_.load()) * 1e-9;
+  s.decode_forward_wait_seconds = static_cast<double>(decode_forward_wait_ns_.load()) * 1e-9;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
   s.state_slots = state_pool_.capacity();
@@ -478,12 +482,16 @@ bool Engine::step_round() {
   }
   reserve_logits(in.logit_rows.size() * static_cast<size_t>(model_.vocab_size()));
   std::vector<float>& logits = logits_;
-  uint64_t forward_ns = 0;
+  uint64_t forward_ns = 0, wait_ns = 0;
+  const uint64_t prepare_ns = ns_since(t_round);
   try {
     const auto t_forward = std::chrono::steady_clock::now();
+    const double wait0 = backend_.device_wait_seconds();
     model_.forward(in, *kv_, logits, sampled_);
     forward_ns = ns_since(t_forward);
+    wait_ns = static_cast<uint64_t>(std::max(0.0, backend_.device_wait_seconds() - wait0) * 1e9);
     forward_ns_ += forward_ns;
+    forward_wait_ns_ += wait_ns;
     reserve_logits(logits.size());  // a model that grew the buffer itself gets it pinned again
   } catch (const std::exception& e) {
     log_error("round failed: ", e.what());
@@ -496,6 +504,7 @@ bool Engine::step_round() {
     return true;
   }
   ++rounds_;
+  prepare_ns_ += prepare_ns;
   for (size_t i = 0; i < pending.size(); ++i) {
     const PlanItem& it = plan.items[i];
     Lane& l = *lanes_[static_cast<size_t>(it.lane)];
@@ -556,6 +565,8 @@ bool Engine::step_round() {
     ++decode_rounds_;
     decode_round_ns_ += round_ns;
     decode_forward_ns_ += forward_ns;
+    decode_prepare_ns_ += prepare_ns;
+    decode_forward_wait_ns_ += wait_ns;
   }
   return true;
 }

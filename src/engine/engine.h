@@ -88,11 +88,14 @@ struct EngineStats {
   uint64_t kv_bytes = 0, scratch_rows = 0;
   uint64_t rounds = 0, prompt_tokens = 0, generated_tokens = 0;
   // Engine-thread seconds in rounds: all of each, its model forward (device work and the wait
-  // for its draws), and handing the drawn tokens to their requests (streams, stop checks).
-  double round_seconds = 0, forward_seconds = 0, emit_seconds = 0;
+  // for its draws), and handing the drawn tokens to their requests (streams, stop checks); the
+  // part before the forward (admission, the plan, the round's input), and the part of the
+  // forward the host spent blocked on the device (0 on the cpu).
+  double round_seconds = 0, forward_seconds = 0, emit_seconds = 0, prepare_seconds = 0, forward_wait_seconds = 0;
   // The same for the rounds whose rows all decode (no prefill chunk), the steady state of a load.
   uint64_t decode_rounds = 0;
-  double decode_round_seconds = 0, decode_forward_seconds = 0;
+  double decode_round_seconds = 0, decode_forward_seconds = 0, decode_prepare_seconds = 0,
+         decode_forward_wait_seconds = 0;
   int state_slots = 0, state_slots_used = 0;  // recurrent state pool (0 for attention-only models)
   uint64_t state_bytes = 0;                   // one slot
   PrefixStats cache;
@@ -197,8 +200,9 @@ class Engine {
   uint64_t next_id_ = 1;
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> rounds_{0}, prompt_tokens_{0}, generated_tokens_{0};
-  std::atomic<uint64_t> round_ns_{0}, forward_ns_{0}, emit_ns_{0};
-  std::atomic<uint64_t> decode_rounds_{0}, decode_round_ns_{0}, decode_forward_ns_{0};
+  std::atomic<uint64_t> round_ns_{0}, forward_ns_{0}, emit_ns_{0}, prepare_ns_{0}, forward_wait_ns_{0};
+  std::atomic<uint64_t> decode_rounds_{0}, decode_round_ns_{0}, decode_forward_ns_{0}, decode_prepare_ns_{0},
+      decode_forward_wait_ns_{0};
   std::atomic<int> busy_{0};
 };
 

@@ -81,12 +81,20 @@ std::string Metrics::render(const EngineStats& st) const {
           "Of those, the model forward: device work and the wait for its draws.", cat(st.forward_seconds));
   counter("tensorfold_round_emit_seconds_total",
           "Of those, handing drawn tokens to their requests and streams.", cat(st.emit_seconds));
+  counter("tensorfold_round_prepare_seconds_total",
+          "Of those, before the forward: admission, the round's plan and its input.", cat(st.prepare_seconds));
+  counter("tensorfold_round_forward_wait_seconds_total",
+          "Of the forward, the host blocked on the device (0 on the cpu).", cat(st.forward_wait_seconds));
   counter("tensorfold_decode_rounds_total", "Rounds whose rows all decode (no prefill chunk).",
           std::to_string(st.decode_rounds));
   counter("tensorfold_decode_round_seconds_total", "Engine-thread seconds in those rounds.",
           cat(st.decode_round_seconds));
   counter("tensorfold_decode_round_forward_seconds_total", "Of those, the model forward.",
           cat(st.decode_forward_seconds));
+  counter("tensorfold_decode_round_prepare_seconds_total", "Of those, before the forward.",
+          cat(st.decode_prepare_seconds));
+  counter("tensorfold_decode_round_forward_wait_seconds_total", "Of their forward, the host blocked on the device.",
+          cat(st.decode_forward_wait_seconds));
   return out;
 }
 

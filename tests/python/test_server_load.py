@@ -37,13 +37,19 @@ def test_64_clients(tensorfold_bin):
     total = value["tensorfold_round_seconds_total"]
     assert 0 < value["tensorfold_round_forward_seconds_total"] <= total, value
     assert 0 < value["tensorfold_round_emit_seconds_total"] <= total, value
-    assert value["tensorfold_round_forward_seconds_total"] + value["tensorfold_round_emit_seconds_total"] <= total
+    parts = ("prepare", "forward", "emit")
+    assert 0 < value["tensorfold_round_prepare_seconds_total"] < total, value
+    assert sum(value[f"tensorfold_round_{p}_seconds_total"] for p in parts) <= total, value
+    # The cpu backend never blocks on a device.
+    assert value["tensorfold_round_forward_wait_seconds_total"] == 0, value
     # Decode-only rounds (4 tokens a request: most rounds) are a part of all rounds.
     rounds = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
               if line.startswith(("tensorfold_rounds_total", "tensorfold_decode_rounds_total"))}
     assert 0 < rounds["tensorfold_decode_rounds_total"] < rounds["tensorfold_rounds_total"], rounds
     decode = value["tensorfold_decode_round_seconds_total"]
     assert 0 < value["tensorfold_decode_round_forward_seconds_total"] <= decode < total, value
+    assert 0 < value["tensorfold_decode_round_prepare_seconds_total"] < value["tensorfold_round_prepare_seconds_total"]
+    assert value["tensorfold_decode_round_forward_wait_seconds_total"] == 0, value
 
 
 def test_long_prompts_being_tokenized_leave_the_io_threads_free(tensorfold_bin):
