@@ -45,11 +45,7 @@ struct Args {
 
 // The rule's exp: 2^(x log2 e) by one multiply and the special-function unit, far cheaper than
 // expf; every form calls it, so a row's bits still never depend on the form or the batch.
-__device__ __forceinline__ float attn_exp(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.44269504088896341f)));
-  return y;
-}
+__device__ __forceinline__ float attn_exp(float x) { return exp_sfu(x); }
 
 // The fold of one split into the running state; the merge kernel runs the same operations.
 __device__ __forceinline__ float fold(float acc, float a, float acc_s, float b) {

@@ -3,8 +3,10 @@
 // This header has no CUDA includes so plain C++ tests may use the classes.
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -80,8 +82,16 @@ struct GroupedRows {
   bool items_early = false;
 };
 
-// act_value's code of an activation (cuda_util.cuh): 0 SiLU, 1 GELU (tanh), 2 squared ReLU.
-inline int act_code(Act act) { return act == Act::SiLU ? 0 : act == Act::GeluTanh ? 1 : 2; }
+// act_value's code of an activation (cuda_util.cuh): 0 SiLU, 1 GELU (tanh), 2 squared ReLU;
+// TF_CUDA_SILU=exact gives SiLU's expf and IEEE division form (3), to time the rule against.
+inline int act_code(Act act) {
+  static const bool exact = [] {
+    const char* e = std::getenv("TF_CUDA_SILU");
+    return e && std::string(e) == "exact";
+  }();
+  if (act == Act::SiLU) return exact ? 3 : 0;
+  return act == Act::GeluTanh ? 1 : 2;
+}
 
 // The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's
 // ids, weights and penalized rows, rope's cos/sin table.

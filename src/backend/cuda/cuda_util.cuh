@@ -189,9 +189,27 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
   return r;
 }
 
-// The activations of act_mul and activate: 0 SiLU, 1 GELU (tanh), 2 squared ReLU.
+// 2^(x log2 e) by one multiply and the special-function unit: a few instructions where expf
+// takes a dozen, the same bits in every kernel that calls it.
+__device__ __forceinline__ float exp_sfu(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.44269504088896341f)));
+  return y;
+}
+
+// 1 / x on the special-function unit; 0 where x is past 2^126 (flushed), as SiLU wants.
+__device__ __forceinline__ float rcp_sfu(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The activations of act_mul and activate: 0 SiLU, 1 GELU (tanh), 2 squared ReLU, 3 SiLU by
+// expf and IEEE division (TF_CUDA_SILU=exact). SiLU is g * rcp(1 + exp(-g)) on the
+// special-function unit, since the prefill glu epilogue idles the tensor cores while it runs.
 __device__ __forceinline__ float act_value(int act, float g) {
-  if (act == 0) return g / (1.0f + expf(-g));
+  if (act == 0) return __fmul_rn(g, rcp_sfu(__fadd_rn(1.0f, exp_sfu(-g))));
+  if (act == 3) return g / (1.0f + expf(-g));
   if (act == 1) {
     const float c = 0.7978845608028654f;  // sqrt(2 / pi)
     return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
