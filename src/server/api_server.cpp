@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "base/error.h"
 #include "base/log.h"
 #include "base/memory.h"
 #include "base/thread_pool.h"
@@ -90,11 +91,15 @@ void ApiServer::load() {
   engine_ = std::make_unique<Engine>(*model_, *backend_, eo);
   engine_thread_ = std::thread([this] { engine_loop(); });
   work_ = std::make_unique<WorkQueue>(std::max(1, opt_.request_threads), static_cast<size_t>(std::max(1, opt_.max_queue)));
-  // TF_SERVER_DELIVERY=thread hands token events to a delivery thread (opt-in until timed on a
-  // GPU; on the CPU the round's compute wants every core). Unbounded: the engine must never block
-  // on it, and a round adds at most a token per lane.
+  // On a GPU token events go to a delivery thread, so the streams' text runs beside the next
+  // round; on the CPU the round's compute wants every core. TF_SERVER_DELIVERY=thread|inline
+  // overrides. Unbounded: the engine must never block on it, and a round adds a token a lane.
   const char* delivery = std::getenv("TF_SERVER_DELIVERY");
-  if (delivery && std::string(delivery) == "thread") deliver_ = std::make_unique<WorkQueue>(1, SIZE_MAX);
+  const std::string how = delivery ? delivery : "";
+  TF_CHECK(how.empty() || how == "thread" || how == "inline", "TF_SERVER_DELIVERY must be thread or inline, got '",
+           how, "'");
+  if (how == "thread" || (how.empty() && backend_->device_memory_total() > 0))
+    deliver_ = std::make_unique<WorkQueue>(1, SIZE_MAX);
   const auto st = engine_->stats();
   const auto mem = process_memory();
   log_info("model ", opt_.model_name, " (", model_->family(), ", ", model_->n_layers(), " layers, vocab ",

@@ -89,8 +89,8 @@ class ApiServer {
   std::condition_variable stop_cv_;
   bool stop_requested_ = false;
   std::unique_ptr<WorkQueue> work_;  // last: stopped before anything its tasks use goes away
-  // With TF_SERVER_DELIVERY=thread, hands the engine's token events to their requests (text, stop
-  // strings, SSE writes) in order, so the engine thread goes on to its next round meanwhile.
+  // On a GPU (or with TF_SERVER_DELIVERY=thread), hands the engine's token events to their requests
+  // (text, stop strings, SSE writes) in order, so the engine thread goes on to its next round meanwhile.
   std::unique_ptr<WorkQueue> deliver_;
 };
 

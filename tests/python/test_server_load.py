@@ -1,6 +1,7 @@
 """64 concurrent clients against one server: no errors, the KV census holds, RSS stays flat; long
 prompts leave the io threads free, and the bodies waiting for the request threads are capped."""
 import importlib.util
+import os
 import subprocess
 import threading
 import time
@@ -96,3 +97,10 @@ def test_request_bodies_waiting_are_capped_in_bytes(tensorfold_bin):
 def test_queue_bytes_below_one_body_is_refused_at_start(tensorfold_bin):
     r = subprocess.run([str(tensorfold_bin), "serve", "--max-queue-mib", "8"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--max-queue-mib" in r.stderr, r.stderr[-500:]
+
+
+def test_unknown_delivery_mode_is_refused_at_start(tensorfold_bin):
+    env = dict(os.environ, TF_SERVER_DELIVERY="threads")
+    r = subprocess.run([str(tensorfold_bin), "serve", "--port", "0"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode > 0 and "TF_SERVER_DELIVERY must be thread or inline" in r.stderr, r.stderr[-500:]
+
