@@ -259,12 +259,15 @@ def bench_one(kind, url, a, pool, procs, prompts, warm, check):
     if werr:
         log(f"{kind}: warm-up errors: {werr[:2]}")
     row = {"server": kind, "url": url, "streams": a.streams}
+    before = tf_metrics(url) if kind == "tensorfold" else {}
     for rnd in range(a.rounds):
         log(f"{kind}: timed round {rnd + 1}/{a.rounds}: {len(prompts[rnd])} streams x {a.prompt_tokens} + {a.gen_tokens}")
         s = summarize(run_round(pool, procs, url, kind, prompts[rnd], a.gen_tokens), a.prompt_tokens, a.gen_tokens)
         if rnd == 0 or s["gen_tok_s"] > row["gen_tok_s"]:
             row.update(s)
         row.setdefault("rounds_gen_tok_s", []).append(s["gen_tok_s"])
+    if kind == "tensorfold":
+        row.update(engine_rounds(before, tf_metrics(url)))  # the timed rounds only
     ids = []
     for p in check:
         try:
@@ -276,10 +279,8 @@ def bench_one(kind, url, a, pool, procs, prompts, warm, check):
     return row, ids
 
 
-def engine_rounds(url):
-    """TensorFold's /metrics over the server's life: the mean decode-only round, its forward, the
-    forward's wait on the device and the part before the forward (ms), the emit per generated
-    token (us), and the seconds of all rounds by part; empty when the counters are missing."""
+def tf_metrics(url):
+    """TensorFold's /metrics counters as numbers; empty for a server without them."""
     try:
         text = requests.get(url + "/metrics", timeout=10).text
     except requests.RequestException:
@@ -288,7 +289,19 @@ def engine_rounds(url):
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0].startswith("tensorfold_"):
-            v[parts[0]] = float(parts[1])
+            try:
+                v[parts[0]] = float(parts[1])
+            except ValueError:
+                continue
+    return v
+
+
+def engine_rounds(before, after):
+    """TensorFold's rounds between two /metrics snapshots (the timed rounds): the mean decode-only
+    round, its forward, the forward's wait on the device and the part before the forward (ms), the
+    emit per generated token (us), and the seconds of all rounds by part; empty when the counters
+    are missing."""
+    v = {k: after[k] - before.get(k, 0.0) for k in after}
     n, gen = v.get("tensorfold_decode_rounds_total", 0), v.get("tensorfold_generation_tokens_total", 0)
     if not n or not gen:
         return {}
@@ -370,8 +383,6 @@ def main():
             with ctx as (url, log_path):
                 log(f"{kind}: ready after {time.perf_counter() - t_start:.1f} s")
                 rows[kind], ids[kind] = bench_one(kind, url, a, pool, procs, prompts, warm, check)
-                if kind == "tensorfold":
-                    rows[kind].update(engine_rounds(url))
                 if log_path and a.logs_dir:
                     os.makedirs(a.logs_dir, exist_ok=True)
                     with open(log_path, errors="replace") as src, \
