@@ -51,7 +51,7 @@ double run_prefill(Engine& engine, int32_t vocab, int batch, int pp, uint64_t se
 // beforehand into the prompt cache, so every lane starts decoding at about the same round.
 // Fills tg_tps and tg_wait.
 Result run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, int depth, int tg, uint64_t seed,
-                  const SamplingParams& sampling) {
+                  const SamplingParams& sampling, int logprobs) {
   if (depth > 1) run_prefill(engine, vocab, batch, depth, seed);  // the same prompts, once
   std::vector<std::vector<Stamp>> stamps(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) {
@@ -60,6 +60,7 @@ Result run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, i
     req.max_tokens = tg;
     req.sampling = sampling;
     req.sampling.seed = seed + static_cast<uint64_t>(b);
+    req.logprobs = logprobs;
     req.on_event = [&, b](const TokenEvent& ev) {
       if (ev.token >= 0) stamps[static_cast<size_t>(b)].push_back({Clock::now(), be.device_wait_seconds()});
     };
@@ -86,7 +87,7 @@ Result run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, i
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Prompt and generation speed of a model", "tensorfold bench"};
   std::string model, batches = "1";
-  int pp = 512, tg = 128, depth = 0, threads = 0, reps = 1, chunk = 512;
+  int pp = 512, tg = 128, depth = 0, threads = 0, reps = 1, chunk = 512, logprobs = -1;
   bool json = false, profile = false;
   SamplingParams sampling;
   sampling.temperature = 0;
@@ -107,6 +108,9 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--repetition-penalty", sampling.repetition_penalty, "decode repetition penalty (1: off)")
       ->check(finite_range(0.01, 100.0));
   app.add_option("--presence-penalty", sampling.presence_penalty, "decode presence penalty")->check(finite_range(-2.0, 2.0));
+  app.add_option("--logprobs", logprobs,
+                 "decode: each token's logprob and its N most likely, as a server request asks (-1: none)")
+      ->check(CLI::Range(-1, 20));
   std::string device = "auto";
   std::string matmul_input = "f32";
   add_device_options(app, device, threads, matmul_input);
@@ -153,7 +157,8 @@ int cmd_bench(int argc, char** argv) {
       s->backend->profile_take();
       const double pp_tps = run_prefill(*s->engine, V, b, pp, 1000 + static_cast<uint64_t>(r));
       report("prefill", b, r, pp_tps, static_cast<double>(b) * pp);
-      const Result x = run_decode(*s->engine, *s->backend, V, b, depth, tg, 2000 + static_cast<uint64_t>(r), sampling);
+      const Result x =
+          run_decode(*s->engine, *s->backend, V, b, depth, tg, 2000 + static_cast<uint64_t>(r), sampling, logprobs);
       report("decode (whole phase; tok/s times only its steady part)", b, r, x.tg_tps, static_cast<double>(b) * (tg - 1));
       best.pp_tps = std::max(best.pp_tps, pp_tps);
       if (x.tg_tps > best.tg_tps) best.tg_tps = x.tg_tps, best.tg_wait = x.tg_wait;
@@ -176,10 +181,10 @@ int cmd_bench(int argc, char** argv) {
       std::printf(
           "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"matmul_input\": \"%s\", "
           "\"batch\": %d, \"pp\": %d, \"tg\": %d, \"depth\": %d, \"temperature\": %g, \"top_p\": %g, "
-          "\"pp_tps\": %.2f, \"tg_tps\": %.2f%s}\n",
+          "\"logprobs\": %d, \"pp_tps\": %.2f, \"tg_tps\": %.2f%s}\n",
           (model.empty() ? default_model_path() : model).c_str(), s->backend->name().c_str(),
           s->backend->threads(), matmul_input_name(s->backend->matmul_input()), b, pp, tg, depth, static_cast<double>(sampling.temperature),
-          static_cast<double>(sampling.top_p), best.pp_tps, best.tg_tps, wait_field);
+          static_cast<double>(sampling.top_p), logprobs, best.pp_tps, best.tg_tps, wait_field);
     else
       std::printf("%-6d %8d %8d %8d %12.2f %12.2f\n", b, pp, tg, std::max(depth, 1), best.pp_tps, best.tg_tps);
     std::fflush(stdout);

@@ -32,8 +32,9 @@ void Engine::logprobs_of_draws() {
   auto one = [&](Draw& d) {
     const Lane& l = *d.lane;
     if (l.req.max_tokens == 0 || l.req.logprobs < 0) return;
-    d.logprob = Sampler::logprob_of(d.row, V, d.token);
-    if (l.req.logprobs > 0) d.top = Sampler::top_logprobs(d.row, V, l.req.logprobs);
+    const Sampler::RowNorm norm = Sampler::row_norm(d.row, V);
+    d.logprob = Sampler::logprob_of(d.row, norm, d.token);
+    if (l.req.logprobs > 0) d.top = Sampler::top_logprobs(d.row, V, norm, l.req.logprobs);
   };
   size_t n = 0;
   for (const Draw& d : draws_) n += d.lane->req.logprobs >= 0 ? 1 : 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <unordered_map>
 
 namespace tf {
@@ -52,29 +51,42 @@ void PenaltyHistory::update(const std::vector<int32_t>& history, size_t n_prompt
   counted_ = history.size();
 }
 
-float Sampler::logprob_of(const float* logits, int32_t vocab, int32_t id) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (int32_t i = 0; i < vocab; ++i) m = std::max(m, static_cast<double>(logits[i]));
-  double s = 0;
-  for (int32_t i = 0; i < vocab; ++i) s += std::exp(static_cast<double>(logits[i]) - m);
-  return static_cast<float>(static_cast<double>(logits[id]) - m - std::log(s));
+Sampler::RowNorm Sampler::row_norm(const float* logits, int32_t vocab) {
+  RowNorm r;
+  r.max = -std::numeric_limits<double>::infinity();
+  for (int32_t i = 0; i < vocab; ++i) r.max = std::max(r.max, static_cast<double>(logits[i]));
+  for (int32_t i = 0; i < vocab; ++i) r.sum += std::exp(static_cast<double>(logits[i]) - r.max);
+  return r;
 }
 
-std::vector<TokenLogprob> Sampler::top_logprobs(const float* logits, int32_t vocab, int n) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (int32_t i = 0; i < vocab; ++i) m = std::max(m, static_cast<double>(logits[i]));
-  double s = 0;
-  for (int32_t i = 0; i < vocab; ++i) s += std::exp(static_cast<double>(logits[i]) - m);
-  double lse = m + std::log(s);
+float Sampler::logprob_of(const float* logits, int32_t vocab, int32_t id) {
+  return logprob_of(logits, row_norm(logits, vocab), id);
+}
+
+float Sampler::logprob_of(const float* logits, const RowNorm& r, int32_t id) {
+  return static_cast<float>(static_cast<double>(logits[id]) - r.max - std::log(r.sum));
+}
+
+std::vector<TokenLogprob> Sampler::top_logprobs(const float* logits, int32_t vocab, const RowNorm& r, int n) {
+  const double lse = r.max + std::log(r.sum);
   n = std::clamp(n, 0, vocab);
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  // One pass keeping the n best in order: a later index loses every tie (lower ids win), so only a
+  // strictly larger logit enters. NaN never does.
+  std::vector<int32_t> best;
+  best.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < vocab && n > 0; ++i) {
+    const float v = logits[i];
+    if (v != v || (static_cast<int>(best.size()) == n && !(v > logits[best.back()]))) continue;
+    if (static_cast<int>(best.size()) == n) best.pop_back();
+    auto at = std::upper_bound(best.begin(), best.end(), i, [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    best.insert(at, i);
+  }
+  // Where NaNs leave fewer than n, the rest come in index order.
+  for (int32_t i = 0; static_cast<int>(best.size()) < n && i < vocab; ++i)
+    if (std::find(best.begin(), best.end(), i) == best.end()) best.push_back(i);
   std::vector<TokenLogprob> out;
-  for (int i = 0; i < n; ++i)
-    out.push_back({ids[static_cast<size_t>(i)], static_cast<float>(static_cast<double>(logits[ids[static_cast<size_t>(i)]]) - lse)});
+  out.reserve(best.size());
+  for (int32_t id : best) out.push_back({id, static_cast<float>(static_cast<double>(logits[id]) - lse)});
   return out;
 }
 

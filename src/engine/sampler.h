@@ -53,9 +53,17 @@ class Sampler {
   static SampleSpec spec(const SamplingParams& p, int32_t row, uint64_t position, const std::vector<int32_t>& history,
                          size_t n_prompt, int32_t vocab, PenaltyHistory& hist, std::vector<PenaltyToken>& pens);
 
-  // log-softmax of the raw logits: the chosen token's and the n most likely.
+  // A row's max logit and sum of exp(logit - max), both in double and in index order: what every
+  // log-softmax value of the row needs, made once.
+  struct RowNorm {
+    double max = 0, sum = 0;
+  };
+  static RowNorm row_norm(const float* logits, int32_t vocab);
+
+  // log-softmax of the raw logits: the chosen token's and the n most likely (ties: lower id).
   static float logprob_of(const float* logits, int32_t vocab, int32_t id);
-  static std::vector<TokenLogprob> top_logprobs(const float* logits, int32_t vocab, int n);
+  static float logprob_of(const float* logits, const RowNorm& r, int32_t id);
+  static std::vector<TokenLogprob> top_logprobs(const float* logits, int32_t vocab, const RowNorm& r, int n);
 
 };
 
