@@ -76,7 +76,7 @@ std::vector<TokenLogprob> Sampler::top_logprobs(const float* logits, int32_t voc
   best.reserve(static_cast<size_t>(n));
   for (int32_t i = 0; i < vocab && n > 0; ++i) {
     const float v = logits[i];
-    if (v != v || (static_cast<int>(best.size()) == n && !(v > logits[best.back()]))) continue;
+    if (std::isnan(v) || (static_cast<int>(best.size()) == n && !(v > logits[best.back()]))) continue;
     if (static_cast<int>(best.size()) == n) best.pop_back();
     auto at = std::upper_bound(best.begin(), best.end(), i, [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
     best.insert(at, i);
