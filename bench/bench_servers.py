@@ -289,10 +289,7 @@ def tf_metrics(url):
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0].startswith("tensorfold_"):
-            try:
-                v[parts[0]] = float(parts[1])
-            except ValueError:
-                continue
+            v[parts[0]] = float(parts[1])
     return v
 
 

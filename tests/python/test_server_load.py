@@ -103,4 +103,3 @@ def test_unknown_delivery_mode_is_refused_at_start(tensorfold_bin):
     env = dict(os.environ, TF_SERVER_DELIVERY="threads")
     r = subprocess.run([str(tensorfold_bin), "serve", "--port", "0"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode > 0 and "TF_SERVER_DELIVERY must be thread or inline" in r.stderr, r.stderr[-500:]
-

@@ -55,13 +55,19 @@ TEST(SamplerLogprobs, ValuesAreTheRowsLogSoftmax) {
   for (int32_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(Sampler::logprob_of(l.data(), norm, i)));
   EXPECT_NEAR(sum, 1.0, 1e-4);
   EXPECT_EQ(Sampler::logprob_of(l.data(), norm, 17), -std::numeric_limits<float>::infinity());
-  // The shared norm gives the same bits as a lone call.
-  for (int32_t id : {0, 5, 4098})
-    EXPECT_EQ(Sampler::logprob_of(l.data(), norm, id), Sampler::logprob_of(l.data(), V, id));
+  // The bits of the formulas the server has always returned: max and exp-sum in double, in index
+  // order; the token's value is l - max - log(sum), the top values l - (max + log(sum)).
+  double m = -std::numeric_limits<double>::infinity(), s = 0;
+  for (float v : l) m = std::max(m, static_cast<double>(v));
+  for (float v : l) s += std::exp(static_cast<double>(v) - m);
+  for (int32_t id : {0, 5, 4098}) {
+    EXPECT_EQ(Sampler::logprob_of(l.data(), norm, id), static_cast<float>(static_cast<double>(l[id]) - m - std::log(s)));
+    EXPECT_EQ(Sampler::logprob_of(l.data(), V, id), static_cast<float>(static_cast<double>(l[id]) - m - std::log(s)));
+  }
   const auto top = Sampler::top_logprobs(l.data(), V, norm, 5);
   ASSERT_EQ(top.size(), 5u);
-  for (const auto& t : top) EXPECT_NEAR(t.logprob, Sampler::logprob_of(l.data(), V, t.id), 1e-5);
-  for (size_t i = 1; i < top.size(); ++i) EXPECT_GE(top[i - 1].logprob, top[i].logprob);
+  EXPECT_EQ(ids_of(top), sorted_best(l, 5));
+  for (const auto& t : top) EXPECT_EQ(t.logprob, static_cast<float>(static_cast<double>(l[t.id]) - (m + std::log(s))));
 }
 
 TEST(SamplerLogprobs, NanNeverDisplacesANumber) {
