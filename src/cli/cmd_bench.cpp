@@ -87,7 +87,7 @@ Result run_decode(Engine& engine, const Backend& be, int32_t vocab, int batch, i
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Prompt and generation speed of a model", "tensorfold bench"};
   std::string model, batches = "1";
-  int pp = 512, tg = 128, depth = 0, threads = 0, reps = 1, chunk = 512, logprobs = -1;
+  int pp = 512, tg = 128, depth = 0, threads = 0, reps = 1, chunk = 512, logprobs = -1, round_tokens = 0;
   bool json = false, profile = false;
   SamplingParams sampling;
   sampling.temperature = 0;
@@ -101,6 +101,9 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--batch", batches, "comma-separated concurrent request counts");
   app.add_option("--reps", reps, "repetitions (the best is reported)")->check(CLI::Range(1, 100));
   app.add_option("--chunk", chunk, "prefill chunk grid")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--round-tokens", round_tokens,
+                 "prefill tokens one round may take, in whole chunks (default: 4096 on a GPU, one chunk on the CPU)")
+      ->check(CLI::Range(1, 1 << 15));
   app.add_option("--temperature", sampling.temperature, "decode sampling temperature (0: greedy)")
       ->check(finite_range(0.0, 100.0));
   app.add_option("--top-p", sampling.top_p, "decode nucleus size")->check(finite_range(0.0, 1.0));
@@ -138,6 +141,7 @@ int cmd_bench(int argc, char** argv) {
   // Room to keep every lane's deep prompt in the prompt cache between its two passes.
   if (depth > 1) so.engine.cache_pages = max_b * (depth / so.engine.page_size + 1);
   so.engine.chunk = chunk;
+  so.engine.round_tokens = round_tokens;
   auto s = open_session(so);
   const int32_t V = s->model->vocab_size();
   // Warm-up: touches weights and scratch, and runs a chunk's kernels once, so their first launches

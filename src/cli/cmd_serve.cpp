@@ -27,6 +27,10 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--chunk", o.chunk, "prefill chunk grid in tokens, a multiple of 16 (default: 128 on the CPU, 512 on a GPU)")
       ->check(CLI::Range(16, 1 << 16));
+  app.add_option("--round-tokens", o.round_tokens,
+                 "prefill tokens one round may take, in whole chunks of several prompts (default: 4096 on a GPU, "
+                 "one chunk on the CPU)")
+      ->check(CLI::Range(16, 1 << 15));
   app.add_option("--memory-fraction", o.memory_fraction, "share of GPU memory the server may use")->check(finite_range(0.05, 1.0))->capture_default_str();
   app.add_option("--prompt-cache-gib", o.prompt_cache_gib, "prompt cache size (default: what the memory planner leaves)")->check(finite_range(0.0, 1e6));
   app.add_flag("--prompt-cache-over-cap", o.prompt_cache_over_cap, "allow --prompt-cache-gib above the planner's cap");

@@ -34,7 +34,9 @@ std::unique_ptr<ModelSession> open_session(const SessionOptions& opt) {
   if (s->tokenizer) {
     if (const std::string w = vocab_fit_warning(*s->tokenizer, s->model->vocab_size()); !w.empty()) log_warn(w);
   }
-  s->engine = std::make_unique<Engine>(*s->model, *s->backend, opt.engine);
+  EngineOptions eo = opt.engine;
+  if (eo.round_tokens == 0) eo.round_tokens = default_round_tokens(s->backend->device_memory_total() > 0, eo.chunk);
+  s->engine = std::make_unique<Engine>(*s->model, *s->backend, eo);
   log_debug("backend ", s->backend->name(), "; model ", path, ": ", s->model->family(), ", ", s->model->n_layers(), " layers, ",
             s->model->weight_bytes() / (1 << 20), " MiB of weights");
   return s;

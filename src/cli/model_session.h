@@ -29,7 +29,7 @@ struct SessionOptions {
   int threads = 0;    // 0: all cores
   std::string device = "auto";  // cpu | cuda | cuda:N | auto (cuda when a GPU is present)
   std::string matmul_input = "f32";  // f32 | bf16 (MatmulInput)
-  EngineOptions engine;
+  EngineOptions engine;  // round_tokens 0: default_round_tokens for the backend
   bool need_tokenizer = true;  // false: load it only where the model has one
 };
 

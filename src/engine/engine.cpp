@@ -41,6 +41,14 @@ class PageGuard {
 
 }  // namespace
 
+int max_round_rows(int lanes, int chunk, int context, int round_tokens) {
+  const int64_t c = context > 0 ? std::min(chunk, context) : chunk;
+  const int64_t prefill = std::min<int64_t>(std::max<int64_t>(round_tokens, c), c * lanes);
+  return static_cast<int>(std::min<int64_t>(lanes + prefill, 1 << 30));
+}
+
+int default_round_tokens(bool gpu, int chunk) { return gpu ? std::max(chunk, 4096) : chunk; }
+
 Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
     : model_(model),
       backend_(backend),
@@ -48,6 +56,8 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
       pages_(1, 1) {
   TF_CHECK(opt_.lanes >= 1 && opt_.lanes <= 4096, "engine: lanes must be in 1..4096, got ", opt_.lanes);
   TF_CHECK(opt_.page_size >= 1 && opt_.chunk >= 1, "engine: page size and chunk must be positive");
+  TF_CHECK(opt_.round_tokens == 0 || opt_.round_tokens >= opt_.chunk, "engine: round tokens ", opt_.round_tokens,
+           " are fewer than one chunk of ", opt_.chunk);
   const int64_t model_ctx = model.context_length() > 0 ? model.context_length() : 4096;
   if (opt_.context <= 0) opt_.context = static_cast<int>(std::min<int64_t>(model_ctx, 1 << 30));
   TF_CHECK(opt_.context <= model_ctx, "engine: context ", opt_.context, " exceeds the model's window of ", model_ctx);
@@ -80,7 +90,7 @@ Engine::Engine(Model& model, Backend& backend, const EngineOptions& opt)
     store_->set_state_budget(budget);
   }
   snapshot_.lane_pages = pages_per_lane * opt_.lanes;
-  max_rows_ = opt_.lanes + std::min(opt_.chunk, opt_.context);
+  max_rows_ = max_round_rows(opt_.lanes, opt_.chunk, opt_.context, opt_.round_tokens);
   model_.reserve(max_rows_);
   // Used once a round, after the forward: its workers sleep rather than spin beside the backend's.
   log_pool_ = std::make_unique<ThreadPool>(std::clamp(default_thread_count(), 1, 8), 0);

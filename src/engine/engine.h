@@ -66,6 +66,9 @@ struct EngineOptions {
   int context = 0;      // per-lane window; 0 = the model's
   int page_size = 16;
   int chunk = 256;      // prefill chunk grid; a multiple of page_size
+  // Prefill tokens one round may add beside the lanes' decode rows, in whole chunks of several
+  // lanes' prompts; 0: one chunk. At least the chunk when set.
+  int round_tokens = 0;
   int max_queue = 1024;
   int cache_pages = 0;  // pool pages beyond the lanes' own, for kept prompt prefixes; 0: no cache
   uint64_t host_cache_bytes = 0;  // second tier in host memory for evicted prefixes
@@ -100,6 +103,14 @@ struct EngineStats {
   uint64_t state_bytes = 0;                   // one slot
   PrefixStats cache;
 };
+
+// The most rows one round holds: a decode row a lane plus the prefill budget (round_tokens, at
+// least a chunk, no more than a chunk a lane); context 0 is taken as unbounded.
+int max_round_rows(int lanes, int chunk, int context, int round_tokens);
+
+// The prefill budget a round gets unless asked: on a GPU, where wider rounds run the matmuls
+// better and a burst of prompts starts decoding together, 4,096 tokens; on the CPU one chunk.
+int default_round_tokens(bool gpu, int chunk);
 
 class Engine {
  public:

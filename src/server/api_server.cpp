@@ -84,6 +84,9 @@ void ApiServer::load() {
   // Prompt-cache marks lie on this grid: finer reuses more of a shared prefix, coarser feeds a
   // GPU's wide matmuls better.
   eo.chunk = opt_.chunk > 0 ? opt_.chunk : (backend_->device_memory_total() > 0 ? 512 : 128);
+  eo.round_tokens = opt_.round_tokens > 0 ? opt_.round_tokens
+                                          : default_round_tokens(backend_->device_memory_total() > 0, eo.chunk);
+  TF_CHECK(eo.round_tokens >= eo.chunk, "--round-tokens ", eo.round_tokens, " is less than one --chunk of ", eo.chunk);
   plan_ = plan(eo);
   log_info(plan_.note);
   eo.cache_pages = plan_.cache_pages;
@@ -121,11 +124,11 @@ MemoryPlan ApiServer::plan(EngineOptions& eo) {
   }
   const int64_t model_ctx = model_->context_length() > 0 ? model_->context_length() : 4096;
   const int ctx = eo.context > 0 ? eo.context : static_cast<int>(std::min<int64_t>(model_ctx, 1 << 30));
-  model_->reserve(eo.lanes + std::min(eo.chunk, ctx));
+  model_->reserve(max_round_rows(eo.lanes, eo.chunk, ctx, eo.round_tokens));
   MemoryPlanInput in;
   const uint64_t device_total = backend_->device_memory_total();
   // A GPU backend makes some buffers on first use: the widest rounds make them now, so they count.
-  if (device_total > 0) warm_up_rounds(*model_, *backend_, eo.lanes, eo.chunk, eo.page_size, ctx);
+  if (device_total > 0) warm_up_rounds(*model_, *backend_, eo.lanes, eo.chunk, eo.page_size, ctx, eo.round_tokens);
   // On a GPU the plan covers device memory; on the CPU the process's RAM.
   const uint64_t device_in_use = backend_->device_bytes_in_use();
   const uint64_t device_free = device_total > 0 ? backend_->device_memory_free() : 0;

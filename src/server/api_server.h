@@ -40,6 +40,7 @@ struct ServeOptions {
   // At least one largest body (http.max_body_bytes); the CPU's memory plan counts it.
   uint64_t max_queue_bytes = 256ull << 20;
   int chunk = 0;  // prefill chunk grid; 0: 128 on the CPU, 512 on a GPU
+  int round_tokens = 0;  // prefill tokens a round may take (EngineOptions); 0: default_round_tokens
   double memory_fraction = 0.9;     // of device memory, on a GPU
   double prompt_cache_gib = -1;     // -1: what the planner leaves
   bool prompt_cache_over_cap = false;

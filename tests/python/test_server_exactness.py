@@ -46,3 +46,8 @@ def test_concurrent_equals_solo_with_events_on_the_delivery_thread(tensorfold_bi
     # TF_SERVER_DELIVERY=thread hands token events to a delivery thread instead of the engine's.
     monkeypatch.setenv("TF_SERVER_DELIVERY", "thread")
     _all_equal(tensorfold_bin, max_tokens=12)
+
+
+def test_concurrent_equals_solo_with_rounds_of_several_prompts(tensorfold_bin):
+    # A 16-token grid and a budget of 256: several prompts' chunks share each round.
+    _all_equal(tensorfold_bin, max_tokens=8, server_args=("--chunk", "16", "--round-tokens", "256"))

@@ -103,3 +103,9 @@ def test_unknown_delivery_mode_is_refused_at_start(tensorfold_bin):
     env = dict(os.environ, TF_SERVER_DELIVERY="threads")
     r = subprocess.run([str(tensorfold_bin), "serve", "--port", "0"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode > 0 and "TF_SERVER_DELIVERY must be thread or inline" in r.stderr, r.stderr[-500:]
+
+
+def test_round_budget_below_a_chunk_is_refused_at_start(tensorfold_bin):
+    r = subprocess.run([str(tensorfold_bin), "serve", "--port", "0", "--chunk", "512", "--round-tokens", "256"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode > 0 and "--round-tokens 256 is less than one --chunk of 512" in r.stderr, r.stderr[-500:]

@@ -12,6 +12,7 @@
 #include "base/argmax.h"
 #include "base/error.h"
 #include "base/philox.h"
+#include "engine/engine.h"
 #include "engine/page_pool.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -68,6 +69,47 @@ TEST(Scheduler, DecodeRowsFirstAndWholeChunksOnly) {
   EXPECT_EQ(plan.items[1].lane, 0);
   EXPECT_EQ(plan.items[1].end - plan.items[1].begin, 256);
   EXPECT_EQ(plan.rows(), 257);
+}
+
+TEST(Scheduler, RoundBudgetHoldsSeveralPromptsWholeAndBoundsTheRows) {
+  EXPECT_EQ(max_round_rows(64, 512, 8192, 0), 64 + 512);      // no budget: one chunk
+  EXPECT_EQ(max_round_rows(64, 512, 8192, 4096), 64 + 4096);
+  EXPECT_EQ(max_round_rows(4, 512, 8192, 4096), 4 + 4 * 512);  // no more than a chunk a lane
+  EXPECT_EQ(max_round_rows(1, 512, 100, 4096), 1 + 100);       // a chunk no longer than the context
+  EXPECT_EQ(max_round_rows(2, 512, 0, 700), 2 + 700);          // context 0: unbounded
+  EXPECT_EQ(default_round_tokens(false, 128), 128);
+  EXPECT_EQ(default_round_tokens(true, 512), 4096);
+  EXPECT_EQ(default_round_tokens(true, 8192), 8192);
+  // A burst of 64 prompts of 600 tokens: with 4,096 tokens a round eight first chunks start
+  // together, each round within the bound and every chunk cut where the grid alone cuts it.
+  auto prefill_rounds = [](int round_tokens) {
+    std::vector<LaneStatus> lanes;
+    for (int i = 0; i < 64; ++i) lanes.push_back({i, 0, 600, 600, {}});
+    const int max_rows = max_round_rows(64, 512, 8192, round_tokens);
+    std::vector<int> prefills;
+    while (std::any_of(lanes.begin(), lanes.end(), [](const LaneStatus& l) { return l.computed < l.prompt_len; })) {
+      RoundPlan plan = plan_round(lanes, max_rows, 512);
+      EXPECT_LE(plan.rows(), max_rows);
+      int n = 0;
+      for (const auto& it : plan.items) {
+        LaneStatus& l = lanes[static_cast<size_t>(it.lane)];
+        EXPECT_EQ(it.begin, l.computed);
+        if (it.decode) {
+          ++l.length;
+        } else {
+          EXPECT_EQ(it.end, chunk_end(it.begin, l.prompt_len, 512)) << "lane " << it.lane;
+          ++n;
+        }
+        l.computed = it.end;
+        if (it.end == l.prompt_len) l.length = l.prompt_len + 1;
+      }
+      prefills.push_back(n);
+    }
+    return prefills;
+  };
+  const std::vector<int> wide = prefill_rounds(4096);
+  EXPECT_EQ(wide, (std::vector<int>{8, 14, 13, 13, 13, 13, 13, 13, 13, 11, 4}));
+  EXPECT_EQ(prefill_rounds(0).size(), 128u);  // one chunk a round
 }
 
 TEST(PagePool, CensusHoldsThroughAllocRefRelease) {

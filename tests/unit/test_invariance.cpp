@@ -75,6 +75,39 @@ TEST_P(Invariance, ChunkedPrefillEqualsOneChunk) {
   }
 }
 
+TEST_P(Invariance, RoundBudgetChangesRoundsNotBits) {
+  auto m = test::load_fixture(test::golden_dir(GetParam()), 2);
+  const int32_t V = m->model->vocab_size();
+  auto jobs = make_jobs(24, V, true);
+  EngineOptions opt;
+  opt.lanes = 8;
+  opt.context = 64;
+  opt.chunk = 16;
+  auto run = [&](int round_tokens, uint64_t& rounds) {
+    EngineOptions o = opt;
+    o.round_tokens = round_tokens;
+    Engine e(*m->model, *m->backend, o);
+    std::vector<test::Trace> traces;
+    for (auto& r : test::submit_all(e, jobs, V)) traces.push_back(std::move(r.trace));
+    rounds = e.stats().rounds;
+    EXPECT_TRUE(e.audit());
+    return traces;
+  };
+  uint64_t one = 0, wide = 0, widest = 0;
+  const auto base = run(0, one);
+  const auto b = run(48, wide), c = run(4096, widest);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    expect_identical(base[i], b[i], "48 round tokens, job " + std::to_string(i));
+    expect_identical(base[i], c[i], "4096 round tokens, job " + std::to_string(i));
+  }
+  // The budget took several prompts' chunks a round.
+  EXPECT_LT(wide, one);
+  EXPECT_LE(widest, wide);
+  EngineOptions bad = opt;
+  bad.round_tokens = 15;
+  EXPECT_THROW(Engine(*m->model, *m->backend, bad), Error);
+}
+
 TEST_P(Invariance, ThreadCountDoesNotChangeBits) {
   auto m1 = test::load_fixture(test::golden_dir(GetParam()), 1);
   auto m3 = test::load_fixture(test::golden_dir(GetParam()), 3);

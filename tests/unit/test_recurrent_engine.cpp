@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "engine/state_pool.h"
 #include "model_fixture.h"
@@ -77,13 +78,17 @@ TEST_P(Recurrent, ConcurrentEqualsSolo) {
   solo_opt.chunk = 16;
   std::vector<test::Trace> solo;
   for (const auto& j : jobs) solo.push_back(test::run_jobs(*m->model, *m->backend, solo_opt, {j})[0]);
-  for (int lanes : {2, 4, 8}) {
+  // Then rounds of several prompts' chunks: the recurrent layers take each lane's span apart.
+  for (auto [lanes, round_tokens] : {std::pair{2, 0}, {4, 0}, {8, 0}, {8, 64}}) {
     EngineOptions opt = solo_opt;
     opt.lanes = lanes;
+    opt.round_tokens = round_tokens;
     Engine e(*m->model, *m->backend, opt);
     auto runs = submit_all(e, jobs, V);
     for (size_t i = 0; i < jobs.size(); ++i)
-      expect_same(solo[i], runs[i].trace, GetParam() + " lanes " + std::to_string(lanes) + " job " + std::to_string(i));
+      expect_same(solo[i], runs[i].trace,
+                  GetParam() + " lanes " + std::to_string(lanes) + " round tokens " + std::to_string(round_tokens) +
+                      " job " + std::to_string(i));
     EXPECT_LE(e.state_pool().high_water(), 2 * lanes) << "each lane holds its state and at most one pending";
     expect_idle(e, "after concurrent jobs");
   }

@@ -43,6 +43,16 @@ TEST_P(WarmUp, RunsTheWidestRoundsAndChangesNoBits) {
   bool all_lanes = false;
   for (size_t i = 0; i < rec.rows.size(); ++i) all_lanes = all_lanes || (rec.rows[i] == lanes && rec.seqs[i] == lanes);
   EXPECT_TRUE(all_lanes);
+  // With a budget of several chunks, the widest round is that budget beside lanes - 1 rows.
+  RecordingModel budget(*warmed->model);
+  warm_up_rounds(budget, *warmed->backend, lanes, chunk, page, context, 3 * chunk);
+  EXPECT_EQ(*std::max_element(budget.rows.begin(), budget.rows.end()), lanes - 1 + 3 * chunk);
+  // Wider than the model's window (256): the widest rows come as several prompts in one round.
+  RecordingModel many(*warmed->model);
+  warm_up_rounds(many, *warmed->backend, 12, chunk, page, context, 12 * chunk);
+  const auto at = std::max_element(many.rows.begin(), many.rows.end()) - many.rows.begin();
+  EXPECT_EQ(many.rows[static_cast<size_t>(at)], 12 - 1 + 12 * chunk);
+  EXPECT_EQ(many.seqs[static_cast<size_t>(at)], 2);
   // The warmed model answers as a fresh one, bit for bit.
   auto fresh = test::load_fixture(dir);
   std::mt19937 rng(9);
