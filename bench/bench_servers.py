@@ -74,8 +74,11 @@ def request_body(kind, prompt, max_tokens, stream):
     return body
 
 
-def stream_request(url, kind, prompt, max_tokens, timeout=900):
-    """One streaming completion over a fresh connection; returns times and counts, or an error."""
+def stream_request(url, kind, prompt, max_tokens, timeout=900, start=None):
+    """One streaming completion over a fresh connection, sent at perf_counter() `start` (now when
+    None); returns times and counts, or an error."""
+    if start is not None:
+        time.sleep(max(0.0, start - time.perf_counter()))
     u = urllib.parse.urlsplit(url)
     body = json.dumps(request_body(kind, prompt, max_tokens, True)).encode()
     out = {"t0": time.perf_counter(), "times": [], "counts": [], "ids": [], "usage": None, "error": None}
@@ -126,16 +129,20 @@ def stream_request(url, kind, prompt, max_tokens, timeout=900):
 
 
 def _worker_batch(args):
-    """Runs one process's share of the streams at once, each in its own thread."""
-    url, kind, prompts, max_tokens = args
+    """Runs one process's share of the streams, each in its own thread from its start time."""
+    url, kind, prompts, starts, max_tokens = args
     with cf.ThreadPoolExecutor(max_workers=max(1, len(prompts))) as ex:
-        return list(ex.map(lambda p: stream_request(url, kind, p, max_tokens), prompts))
+        return list(ex.map(lambda ps: stream_request(url, kind, ps[0], max_tokens, start=ps[1]), zip(prompts, starts)))
 
 
-def run_round(pool, procs, url, kind, prompts, max_tokens):
-    """All prompts at once, spread over the pool's processes; returns per-request results in prompt order."""
-    shares = [prompts[i::procs] for i in range(procs)]
-    parts = pool.map(_worker_batch, [(url, kind, s, max_tokens) for s in shares if s])
+def run_round(pool, procs, url, kind, prompts, max_tokens, arrival_ms=0.0):
+    """The prompts spread over the pool's processes, all at once or request i arrival_ms * i after the
+    first; returns per-request results in prompt order."""
+    # perf_counter is the system's monotonic clock on Linux, so the client processes share it.
+    base = time.perf_counter() + (0.5 if arrival_ms > 0 else 0.0)
+    starts = [base + i * arrival_ms / 1000.0 if arrival_ms > 0 else None for i in range(len(prompts))]
+    shares = [(prompts[i::procs], starts[i::procs]) for i in range(procs)]
+    parts = pool.map(_worker_batch, [(url, kind, p, st, max_tokens) for p, st in shares if p])
     results = [None] * len(prompts)
     for i, part in enumerate(parts):
         for j, res in enumerate(part):
@@ -258,11 +265,12 @@ def bench_one(kind, url, a, pool, procs, prompts, warm, check):
     werr = [r["error"] for r in wres if r["error"]]
     if werr:
         log(f"{kind}: warm-up errors: {werr[:2]}")
-    row = {"server": kind, "url": url, "streams": a.streams}
+    row = {"server": kind, "url": url, "streams": a.streams, "arrival_ms": a.arrival_ms}
     before = tf_metrics(url) if kind == "tensorfold" else {}
     for rnd in range(a.rounds):
         log(f"{kind}: timed round {rnd + 1}/{a.rounds}: {len(prompts[rnd])} streams x {a.prompt_tokens} + {a.gen_tokens}")
-        s = summarize(run_round(pool, procs, url, kind, prompts[rnd], a.gen_tokens), a.prompt_tokens, a.gen_tokens)
+        s = summarize(run_round(pool, procs, url, kind, prompts[rnd], a.gen_tokens, a.arrival_ms), a.prompt_tokens,
+                      a.gen_tokens)
         if rnd == 0 or s["gen_tok_s"] > row["gen_tok_s"]:
             row.update(s)
         row.setdefault("rounds_gen_tok_s", []).append(s["gen_tok_s"])
@@ -320,6 +328,9 @@ def main():
     ap.add_argument("-p", "--prompt-tokens", type=int, default=512)
     ap.add_argument("-g", "--gen-tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=1, help="timed rounds per server (fresh prompts each; best reported)")
+    ap.add_argument("--arrival-ms", type=float, default=0.0,
+                    help="timed rounds send request i this many ms after the first (0: all at once); the lanes "
+                         "then decode while later prompts arrive, as under a steady load")
     ap.add_argument("--warmup-tokens", type=int, default=8)
     ap.add_argument("--check-prompts", type=int, default=4, help="prompts compared greedily across servers")
     ap.add_argument("--check-tokens", type=int, default=None, help="tokens per greedy comparison (default -g)")
@@ -342,6 +353,8 @@ def main():
     ap.add_argument("--logs-dir", help="copy each started server's log here")
     a = ap.parse_args()
     a.check_tokens = a.check_tokens or a.gen_tokens
+    if not a.arrival_ms >= 0:
+        ap.error("--arrival-ms must be 0 or more")
     kinds = [k.strip() for k in a.order.split(",")]
     unknown = [k for k in kinds if k not in ("tensorfold", "llama.cpp")]
     if unknown or not kinds:

@@ -32,7 +32,8 @@
 #   run(command="source tests/gpu/unpack.sh && bash tests/gpu/run_server_bench.sh gpu-prebuilt",
 #       carry=[".gpubin/tensorfold.xz", ".gpubin/libpcre2-8.so.0", ".gpubin/libutf8proc.so.2",
 #              ".llamacpp/part.2", ".llamacpp/pylib"], timeout_s=600)
-# TF_ARGS adds tensorfold serve arguments (for example "--chunk 2048", bigger rounds).
+# TF_ARGS adds tensorfold serve arguments (for example "--round-tokens 2048"); ARRIVAL_MS (tf-only)
+# spaces the timed requests that many ms apart instead of sending them at once.
 # Results: $OUT/bench_servers.jsonl (one JSON line per server, then the ratio line), steps.log
 # (timings of each step), build/convert/server logs. If the call runs out of time, the same call
 # again on the still-warm machine skips what is done.
@@ -192,7 +193,7 @@ tf-only)
   fi
   python3 bench/synthetic_vocab.py "$MODEL" || exit 1
   timeout "${BENCH_TIMEOUT:-300}" python3 bench/bench_servers.py --tf-bin "$TF_BIN" --tf-model "$MODEL" --device cuda \
-    --order tensorfold "--tf-args=${TF_ARGS:-}" \
+    --order tensorfold "--tf-args=${TF_ARGS:-}" --arrival-ms "${ARRIVAL_MS:-0}" \
     -n 64 -p 512 -g 256 --rounds "${ROUNDS:-2}" --check-prompts 4 --check-tokens 64 \
     --json-out "$OUT/bench_servers.jsonl" --logs-dir "$OUT" 2> "$OUT/bench_servers.err"
   step "bench rc=$?"

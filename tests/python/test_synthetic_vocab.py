@@ -1,7 +1,7 @@
 """bench/synthetic_vocab.py: the tokenizer.json that random-weight models are served with must load
 in HF `tokenizers` and in `tensorfold tokenize` alike, give one ASCII piece per id, and never
 replace a folder's own tokenizer.json. Also bench/bench_servers.py's argument checks for a run of
-one server, and the engine rounds it reads from TensorFold's /metrics."""
+one server, the engine rounds it reads from TensorFold's /metrics, and its spaced arrivals."""
 import json
 import subprocess
 import sys
@@ -67,6 +67,7 @@ def test_rejects_a_vocabulary_too_small_or_missing(tmp_path):
     (["--order", "vllm", "--tf-url", "http://127.0.0.1:9", "--vocab", "300"], "unknown server 'vllm'"),
     (["--order", "tensorfold"], "--tf-url or --tf-model"),
     (["--order", "llama.cpp", "--vocab", "300"], "--llama-url or --llama-gguf"),
+    (["--tf-url", "http://127.0.0.1:9", "--vocab", "300", "--arrival-ms", "-1"], "--arrival-ms must be 0 or more"),
 ])
 def test_bench_servers_checks_what_the_order_needs(args, message):
     r = run_cli(REPO / "bench" / "bench_servers.py", *args)
@@ -85,3 +86,15 @@ def test_bench_servers_reads_the_engine_rounds(tensorfold_bin):
     assert row["decode_rounds"] > 0, row
     assert row["decode_round_ms"] >= row["decode_forward_ms"] > 0, row
     assert row["emit_us_per_token"] > 0, row
+
+
+def test_bench_servers_spaces_arrivals(tensorfold_bin):
+    # --arrival-ms 150: the fourth request leaves 450 ms after the first, so the round lasts longer.
+    r = run_cli(REPO / "bench" / "bench_servers.py", "--tf-bin", tensorfold_bin, "--tf-model",
+                REPO / "models" / "default", "--device", "cpu", "--tf-args=--threads 2", "--order", "tensorfold",
+                "-n", 4, "-p", 16, "-g", 8, "--rounds", 1, "--check-prompts", 0, "--client-procs", 2,
+                "--arrival-ms", 150)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = next(json.loads(line) for line in r.stdout.splitlines() if '"server"' in line)
+    assert row["errors"] == 0 and row["generated"] == 4 * 8 and row["arrival_ms"] == 150, row
+    assert row["wall_s"] >= 0.45, row
