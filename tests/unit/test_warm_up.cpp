@@ -99,6 +99,18 @@ TEST_P(WarmUp, DeviceBuffersDoNotGrowAfterIt) {
   }
   test::submit_all(engine, jobs, m->model->vocab_size());
   EXPECT_EQ(m->backend->device_bytes_in_use(), before) << GetParam() << ": rounds made buffers the plan did not count";
+  // A budget of a chunk a lane: every lane's prompt in one round, after its own warm-up.
+  opt.round_tokens = lanes * chunk;
+  warm_up_rounds(*m->model, *m->backend, lanes, chunk, page, context, opt.round_tokens);
+  Engine wide(*m->model, *m->backend, opt);
+  const uint64_t wide_before = m->backend->device_bytes_in_use();
+  for (auto& j : jobs) {
+    j.prompt = test::random_tokens(rng, chunk, m->model->vocab_size());
+    j.max_tokens = 8;  // rows read fewer than 64 keys
+  }
+  test::submit_all(wide, jobs, m->model->vocab_size());
+  EXPECT_EQ(m->backend->device_bytes_in_use(), wide_before)
+      << GetParam() << ": wide rounds made buffers the plan did not count";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, WarmUp, ::testing::Values("llama", "qwen3_moe", "nemotron_h_moe", "qwen3_next"),
