@@ -395,4 +395,16 @@ TEST(AttentionPlan, SmallGroupsOfFewSplitsGoWholeToTheDecodeForm) {
   for (unsigned i = 0; i < n_dec; ++i) EXPECT_EQ(pm.items[2 * i + 1], -1);
 }
 
+// The four-warp decode form takes launches past one wave of the eight-warp form (two blocks an
+// SM), unless forced either way or its int32 pool rows would not hold the pool.
+TEST(AttentionPlan, DecodeNarrowPastOneWaveOfTheWideForm) {
+  EXPECT_FALSE(decode_narrow(264, 132, -1, 1 << 20));
+  EXPECT_TRUE(decode_narrow(265, 132, -1, 1 << 20));
+  EXPECT_TRUE(decode_narrow(512, 132, -1, 1 << 20));
+  EXPECT_FALSE(decode_narrow(512, 132, 0, 1 << 20));
+  EXPECT_TRUE(decode_narrow(8, 132, 1, 1 << 20));
+  EXPECT_FALSE(decode_narrow(512, 132, 1, int64_t{INT32_MAX} + 1));
+  EXPECT_TRUE(decode_narrow(512, 132, -1, INT32_MAX));
+}
+
 }  // namespace tf::cuda::attn

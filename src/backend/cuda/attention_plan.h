@@ -136,6 +136,14 @@ inline Plan plan_attention(const PlanArgs& a) {
   return pl;
 }
 
+// Whether bf16 mode's decode launch of `blocks` blocks takes the four-warp form, four blocks an
+// SM: where the eight-warp form, two an SM, would need more than one wave. Its pool rows are int32.
+// mode: -1 that rule, 0 never, 1 always (the contract's forced form).
+inline bool decode_narrow(int64_t blocks, int sms, int mode, int64_t pool_rows) {
+  if (pool_rows > INT32_MAX || mode == 0) return false;
+  return mode > 0 || blocks > 2 * static_cast<int64_t>(sms);
+}
+
 // Moves the flash items of groups of at most 16 pairs (decode rows: their splits, or the whole
 // group) to the front of the flash items, for the kernel that spreads one m tile over eight
 // warps; returns how many.

@@ -370,6 +370,16 @@ bool attn_early_on() {
   return on;
 }
 
+// TF_CUDA_ATTN_NARROW=0 keeps bf16 mode's decode launches on the eight-warp form, =1 puts every one
+// on the four-warp form (decode_narrow), for timing and the contract.
+int attn_narrow_mode() {
+  static const int mode = [] {
+    const char* e = std::getenv("TF_CUDA_ATTN_NARROW");
+    return e ? (std::atoi(e) > 0 ? 1 : 0) : -1;
+  }();
+  return mode;
+}
+
 // TF_CUDA_ATTN_HPB=n holds a block to at most n heads of a kv group (more blocks, fewer pairs
 // each), for timing; the bits never depend on it.
 int attn_hpb_cap() {
@@ -503,7 +513,9 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   const int mt = pl.most_rows * hpb <= 16 ? 1 : pl.most_rows * hpb <= 32 ? 2 : 4;
   if (n_dec > 0) {
     // The decode form's first loads may go out while the KV store before it runs (its keys after).
-    launch_flash_decode(a, n_dec, yb, attn_early_on() && launch_count() == kv_written_at_);
+    launch_flash_decode(a, n_dec, yb, attn_early_on() && launch_count() == kv_written_at_,
+                        decode_narrow(static_cast<int64_t>(n_dec) * yb, sms, attn_narrow_mode(),
+                                      static_cast<int64_t>(kv.pages) * kv.page_size));
     check_launch("attention");
     a.items += 2 * n_dec;
   }

@@ -344,7 +344,8 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 // Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode
-// ones, and in bf16 mode whole groups too. overlap: the kernel before wrote only this call's keys.
-void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap);
+// ones, and in bf16 mode whole groups too. overlap: the kernel before wrote only this call's keys;
+// narrow: bf16 mode's four-warp form (decode_narrow).
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap, bool narrow);
 
 }  // namespace tf::cuda::attn

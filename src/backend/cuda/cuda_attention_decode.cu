@@ -20,6 +20,7 @@ namespace {
 // a block may also take a whole group (item split -1): it folds its splits in order as the tile
 // kernel's whole mode does and writes the output, with no partials and no merge.
 constexpr int kDecPairs = 16, kDecWarps = 8, kDecThreads = 32 * kDecWarps;
+constexpr int kNarrowThreads = 128;  // the four-warp form (flash_decode_narrow_kernel)
 
 // f32 mode: q, two K tiles and a V tile, the scores in the K tile's rows, the slots. bf16 mode:
 // q, two K and two V tiles, the scores, the slots.
@@ -31,6 +32,13 @@ constexpr size_t dec_smem() {
                     4 * static_cast<size_t>(kDecPairs) * sizeof(float)) +
          2 * kSplit * sizeof(int64_t);
 }
+
+// The four-warp form: a ring of three bf16 tiles, the scores, the fold, two splits' pool rows.
+constexpr size_t narrow_smem() {
+  return 3 * static_cast<size_t>(kSplit) * kKs16 * sizeof(uint16_t) + 8 * static_cast<size_t>(kKs) * sizeof(float) +
+         4 * static_cast<size_t>(kDecPairs) * sizeof(float) + 2 * kSplit * sizeof(int32_t);
+}
+static_assert(4 * (narrow_smem() + 1024) <= 228 * 1024, "four blocks of the four-warp form fit an SM");
 
 // Whole mode: a pair's running max and sum, held by the quad of warp h that owns pair gq + 8h.
 struct Run {
@@ -59,10 +67,9 @@ __device__ __forceinline__ Dec dec_of(const Args& a) {
   return d;
 }
 
-// Warp w's C fragment of key tile w to row w of xs ([pair][8 keys]).
-__device__ __forceinline__ void dec_put_scores(const Dec& d, const float (&sw)[4], float* xs, int xld) {
-  __syncwarp();
-  float* xw = xs + d.warp * xld;
+// A warp's C fragment of key tile kt to row kt of xs ([pair][8 keys]).
+__device__ __forceinline__ void dec_put_scores(const Dec& d, const float (&sw)[4], float* xs, int xld, int kt) {
+  float* xw = xs + kt * xld;
   *reinterpret_cast<float2*>(xw + 8 * d.gq + 2 * d.tq) = make_float2(sw[0], sw[1]);
   *reinterpret_cast<float2*>(xw + 8 * (d.gq + 8) + 2 * d.tq) = make_float2(sw[2], sw[3]);
 }
@@ -80,22 +87,28 @@ __device__ __forceinline__ void dec_scores(const Dec& d, const float* qs, const 
     split_tf32<true>(kr[4], bb[1], bs[1]);
     mma3<true>(sw, ab, as, bb, bs);
   }
-  dec_put_scores(d, sw, xs, xld);
+  __syncwarp();
+  dec_put_scores(d, sw, xs, xld, d.warp);
 }
 
 // bf16 mode: the same scores in k16 steps, q's A fragments qa from registers, K's B fragments
-// read as words of the bf16 tile.
+// read as words of the bf16 tile; warp w takes key tiles KT w .. KT w + KT - 1, one chain each.
+template <int KT>
 __device__ __forceinline__ void dec_scores16(const Dec& d, const uint32_t (&qa)[kChunk / 16][4], const uint16_t* ks,
                                              int ld, float* xs, int xld) {
-  float sw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const uint16_t* kr = ks + (8 * d.warp + d.gq) * ld + 2 * d.tq;
+  float sw[KT][4] = {};
+  const uint16_t* kr = ks + (8 * KT * d.warp + d.gq) * ld + 2 * d.tq;
 #pragma unroll
   for (int k = 0; k < kChunk / 16; ++k) {
     if (16 * k >= d.hdp) break;
-    mma_k16(sw, qa[k], *reinterpret_cast<const uint32_t*>(kr + 16 * k),
-            *reinterpret_cast<const uint32_t*>(kr + 16 * k + 8));
+#pragma unroll
+    for (int t = 0; t < KT; ++t)
+      mma_k16(sw[t], qa[k], *reinterpret_cast<const uint32_t*>(kr + 8 * t * ld + 16 * k),
+              *reinterpret_cast<const uint32_t*>(kr + 8 * t * ld + 16 * k + 8));
   }
-  dec_put_scores(d, sw, xs, xld);
+  __syncwarp();
+#pragma unroll
+  for (int t = 0; t < KT; ++t) dec_put_scores(d, sw[t], xs, xld, KT * d.warp + t);
 }
 
 // Split s's softmax: warp h turns pairs gq + 8h's scores in xs into weights in place, once for
@@ -141,8 +154,9 @@ __device__ __forceinline__ void dec_softmax(const Args& a, const Dec& d, float* 
   }
 }
 
-// Dim tiles 2w and 2w + 1 of split s's products os into the pairs' partials.
-__device__ __forceinline__ void dec_put_pv(const Args& a, const Dec& d, const float (&os)[2][4], int s,
+// Dim tiles ND w .. ND w + ND - 1 of split s's products os into the pairs' partials.
+template <int ND>
+__device__ __forceinline__ void dec_put_pv(const Args& a, const Dec& d, const float (&os)[ND][4], int s,
                                            const bool (&on)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -150,8 +164,8 @@ __device__ __forceinline__ void dec_put_pv(const Args& a, const Dec& d, const fl
     const int p = d.gq + 8 * h;
     float* dst = a.part_acc + part_slot(a, d.it.r0 + p / a.hpb, d.it.h0 + p % a.hpb, s) * d.hd;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int dd = 8 * (2 * d.warp + j) + 2 * d.tq;
+    for (int j = 0; j < ND; ++j) {
+      const int dd = 8 * (ND * d.warp + j) + 2 * d.tq;
       if (dd < d.hd) dst[dd] = os[j][2 * h];
       if (dd + 1 < d.hd) dst[dd + 1] = os[j][2 * h + 1];
     }
@@ -191,12 +205,13 @@ __device__ __forceinline__ void dec_pv(const Args& a, const Dec& d, const float*
 }
 
 // Whole mode: split products os folded into the running acc as st says, for each pair.
-__device__ __forceinline__ void dec_fold_pv(const Dec& d, const float (&os)[2][4], const float* st, float (&acc)[2][4]) {
+template <int ND>
+__device__ __forceinline__ void dec_fold_pv(const Dec& d, const float (&os)[ND][4], const float* st, float (&acc)[ND][4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float4 f = *reinterpret_cast<const float4*>(st + 4 * (d.gq + 8 * h));
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < ND; ++j)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e)
         acc[j][e] = f.x == 1.0f ? os[j][e] : f.x == 2.0f ? fold(acc[j][e], f.y, os[j][e], f.z) : acc[j][e];
@@ -204,10 +219,11 @@ __device__ __forceinline__ void dec_fold_pv(const Dec& d, const float (&os)[2][4
 }
 
 // bf16 mode: the same products in k16 steps (keys 16j..16j + 15), the weights' A fragments packed
-// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16). Whole
-// mode (st set): folded into acc.
+// from xs, V's B fragments by ldmatrix from the bf16 tile (hd_pad is a multiple of 16); warp w
+// takes dim tiles ND w .. ND w + ND - 1. Whole mode (st set): folded into acc.
+template <int ND>
 __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const float* xs, int xld, const uint16_t* vs,
-                                         int ld, int s, const bool (&on)[2], const float* st, float (&acc)[2][4]) {
+                                         int ld, int s, const bool (&on)[2], const float* st, float (&acc)[ND][4]) {
   uint32_t pa[4][4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -219,20 +235,69 @@ __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const floa
       pa[j][2 * i] = pack_bf16(u.x, u.y), pa[j][2 * i + 1] = pack_bf16(w.x, w.y);
     }
   }
-  if (16 * d.warp >= d.hdp) return;
-  float os[2][4];
+  if (8 * ND * d.warp >= d.hdp) return;
+  float os[ND][4];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
+  for (int j = 0; j < ND; ++j) os[j][0] = os[j][1] = os[j][2] = os[j][3] = 0.0f;
   const int mi = d.lane >> 3, mr = d.lane & 7;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    uint32_t vf[4];
-    ldsm4_t(vf, vs + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (2 * d.warp) + 8 * (mi >> 1));
-    mma_k16(os[0], pa[j], vf[0], vf[1]);
-    mma_k16(os[1], pa[j], vf[2], vf[3]);
+#pragma unroll
+    for (int i = 0; i < ND; i += 2) {
+      uint32_t vf[4];
+      ldsm4_t(vf, vs + (16 * j + 8 * (mi & 1) + mr) * ld + 8 * (ND * d.warp + i) + 8 * (mi >> 1));
+      mma_k16(os[i], pa[j], vf[0], vf[1]);
+      mma_k16(os[i + 1], pa[j], vf[2], vf[3]);
+    }
   }
   if (st != nullptr) dec_fold_pv(d, os, st, acc);
   else dec_put_pv(a, d, os, s, on);
+}
+
+// Whole mode's end: warps 0 and 1 leave each pair's sum in st, then a warp's dim tiles ND w ..
+// ND w + ND - 1 of acc over it go to the output.
+template <int ND>
+__device__ __forceinline__ void dec_write_out(const Args& a, const Dec& d, const Run& run, float* st,
+                                              const float (&acc)[ND][4]) {
+  if (d.warp < 2 && d.tq == 0) st[4 * (d.gq + 8 * d.warp) + 3] = run.l;
+  __syncthreads();
+  if (8 * ND * d.warp >= d.hdp) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = d.gq + 8 * h;
+    if (p >= d.it.P) continue;
+    const float lp = st[4 * p + 3];
+    float* orow = a.out + static_cast<int64_t>(d.it.r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(d.it.h0 + p % a.hpb) * d.hd;
+#pragma unroll
+    for (int jt = 0; jt < ND; ++jt) {
+      const int dd = 8 * (ND * d.warp + jt) + 2 * d.tq;
+      if (dd < d.hd) orow[dd] = __fadd_rn(__fdiv_rn(acc[jt][2 * h], lp), 0.0f);
+      if (dd + 1 < d.hd) orow[dd + 1] = __fadd_rn(__fdiv_rn(acc[jt][2 * h + 1], lp), 0.0f);
+    }
+  }
+}
+
+// bf16 mode's q fragments for pairs gq and gq + 8, read from global memory: the words stage_q and
+// load_a16 give (q rounded to bf16; zeros past head_dim and past the item's pairs).
+__device__ __forceinline__ void dec_q16(const Args& a, const Dec& d, uint32_t (&qa)[kChunk / 16][4]) {
+  const float* src[2];
+  bool ok[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int p = d.gq + 8 * h;
+    ok[h] = p < d.it.P;
+    src[h] = a.q + (ok[h] ? static_cast<int64_t>(d.it.r0 + p / a.hpb) * a.ldq +
+                                static_cast<int64_t>(d.it.h0 + p % a.hpb) * d.hd
+                          : 0);
+  }
+  auto val = [&](int h, int c) { return ok[h] && c < d.hd ? product_input<false>(src[h][c]) : 0.0f; };
+#pragma unroll
+  for (int k = 0; k < kChunk / 16; ++k) {
+    if (16 * k >= d.hdp) break;
+    const int c = 16 * k + 2 * d.tq;
+    qa[k][0] = pack_bf16(val(0, c), val(0, c + 1)), qa[k][1] = pack_bf16(val(1, c), val(1, c + 1));
+    qa[k][2] = pack_bf16(val(0, c + 8), val(0, c + 9)), qa[k][3] = pack_bf16(val(1, c + 8), val(1, c + 9));
+  }
 }
 
 __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_kernel(Args a) {
@@ -339,7 +404,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
     const int32_t pk = (s + 2) * kSplit + j;
     const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
     const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
-    dec_scores16(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
+    dec_scores16<1>(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
     if (fill)
       kslot[b * kSplit + j] =
           in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
@@ -351,32 +416,112 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
     __syncthreads();
     if (s + 2 <= s1) stage(b, 0, kSplit);
   }
-  if (!whole) return;
-  if (d.warp < 2 && d.tq == 0) st[4 * (d.gq + 8 * d.warp) + 3] = run.l;
-  __syncthreads();
-  if (16 * d.warp >= d.hdp) return;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int p = d.gq + 8 * h;
-    if (p >= d.it.P) continue;
-    const float lp = st[4 * p + 3];
-    float* orow = a.out + static_cast<int64_t>(d.it.r0 + p / a.hpb) * a.ldq + static_cast<int64_t>(d.it.h0 + p % a.hpb) * d.hd;
-#pragma unroll
-    for (int jt = 0; jt < 2; ++jt) {
-      const int dd = 8 * (2 * d.warp + jt) + 2 * d.tq;
-      if (dd < d.hd) orow[dd] = __fadd_rn(__fdiv_rn(acc[jt][2 * h], lp), 0.0f);
-      if (dd + 1 < d.hd) orow[dd + 1] = __fadd_rn(__fdiv_rn(acc[jt][2 * h + 1], lp), 0.0f);
+  if (whole) dec_write_out(a, d, run, st, acc);
+}
+
+// bf16 mode's decode form on four warps a block, for launches of more blocks than two an SM of
+// the eight-warp form hold: a block needs a third of the shared memory (a ring of three K or V
+// tiles, q read into registers from global memory), so four fit an SM. Warp w takes key tiles
+// 2w, 2w + 1 and dim tiles 4w..4w + 3 with the same chains, so the bits are the eight-warp
+// form's. Tile t of the sequence K(s0), V(s0), K(s0 + 1), ... sits in ring slot t % 3: split
+// s + 1's V loads once split s's scores free K(s)'s slot, split s + 2's K once split s's
+// products free V(s)'s, so each tile has about a split's work to land.
+__global__ void __launch_bounds__(kNarrowThreads, 4) flash_decode_narrow_kernel(Args a) {
+  constexpr int ld = kKs16;
+  extern __shared__ float4 sh4[];
+  auto* ring = reinterpret_cast<uint16_t*>(sh4);                 // [3][kSplit][ld]
+  auto* xs = reinterpret_cast<float*>(ring + 3 * kSplit * ld);   // [8][kKs]: scores, then weights
+  float* st = xs + 8 * kKs;                                      // [kDecPairs][4]: whole mode's fold
+  auto* kslot = reinterpret_cast<int32_t*>(st + 4 * kDecPairs);  // [2][kSplit] pool rows, -1: masked
+  const Dec d = dec_of(a);
+  const bool whole = a.items[2 * blockIdx.x + 1] < 0;
+  const int s0 = d.it.s0, s1 = d.it.s1;
+  const auto* kpool = static_cast<const uint16_t*>(a.k);
+  const auto* vpool = static_cast<const uint16_t*>(a.v);
+  auto tile = [&](int t) { return ring + (t % 3) * kSplit * ld; };
+  // Rows [jlo, jhi) of split s0 + i's K (v false) or V into its slot, with no commit.
+  auto stage = [&](int i, bool v, int jlo, int jhi) {
+    const int32_t* sl = kslot + (i & 1) * kSplit;
+    uint16_t* dst = tile(2 * i + (v ? 1 : 0));
+    const uint16_t* src = v ? vpool : kpool;
+    stage_keys_by<kNarrowThreads, uint16_t>(
+        ld, [&](int key) { return sl[key] < 0 ? int64_t{-1} : sl[key] * static_cast<int64_t>(a.kv_width) + d.it.head_off; },
+        d.hd, d.hdp, jlo, jhi, [&](int to, int64_t at, bool ok, bool wide) { stage_copy(dst + to, src + at, ok, wide); });
+  };
+  auto pool_row = [&](int32_t pk, int32_t page) { return page * a.page_size + pk % a.page_size; };
+  auto rows_of = [&](int32_t* sl, int s) {
+    for (int j = threadIdx.x; j < kSplit; j += kNarrowThreads) {
+      const int32_t pk = s * kSplit + j;
+      sl[j] = pk >= d.it.lo && pk <= d.it.hi ? pool_row(pk, d.it.pt[pk / a.page_size]) : -1;
     }
+  };
+  const int32_t fresh = a.row_fresh[d.it.r0];
+  const int old0 = min(max(fresh - s0 * kSplit, 0), kSplit), old1 = min(max(fresh - (s0 + 1) * kSplit, 0), kSplit);
+  rows_of(kslot, s0);
+  if (s0 < s1) rows_of(kslot + kSplit, s0 + 1);
+  for (int t = 0; t < 3; ++t) zero_v_tail<kNarrowThreads>(tile(t), ld, d.hdp);
+  __syncthreads();
+  stage(0, false, 0, old0);
+  stage(0, true, 0, old0);
+  if (s0 < s1) stage(1, false, 0, old1);
+  cp_async_commit();
+  grid_wait();
+  grid_launch_next();
+  stage(0, false, old0, kSplit);
+  stage(0, true, old0, kSplit);
+  if (s0 < s1) stage(1, false, old1, kSplit);
+  cp_async_commit();
+  uint32_t qa[kChunk / 16][4];
+  dec_q16(a, d, qa);
+  Run run;
+  float acc[4][4] = {};
+  float* wst = whole ? st : nullptr;
+  for (int s = s0; s <= s1; ++s) {
+    const int i = s - s0;
+    // Pending past K(s): V(s) and K(s + 1), each a group (the first split waits for all).
+    if (i == 0) cp_async_wait<0>();
+    else cp_async_wait<2>();
+    __syncthreads();
+    // Split s + 2's rows into split s's slots (its tiles are staged): the page id loads now.
+    const int j = threadIdx.x;
+    const int32_t pk = (s + 2) * kSplit + j;
+    const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
+    const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
+    dec_scores16<2>(d, qa, tile(2 * i), ld, xs, kKs);
+    if (fill) kslot[(i & 1) * kSplit + j] = in ? pool_row(pk, page) : -1;
+    __syncthreads();
+    if (s + 1 <= s1) stage(i + 1, true, 0, kSplit);
+    cp_async_commit();
+    bool on[2];
+    dec_softmax<false>(a, d, xs, kKs, s, on, wst, &run);
+    // Pending past V(s): K(s + 1) and V(s + 1).
+    cp_async_wait<2>();
+    __syncthreads();
+    dec_pv16(a, d, xs, kKs, tile(2 * i + 1), ld, s, on, wst, acc);
+    __syncthreads();
+    if (s + 2 <= s1) stage(i + 2, false, 0, kSplit);
+    cp_async_commit();
   }
+  if (whole) dec_write_out(a, d, run, st, acc);
 }
 
 }  // namespace
 
-void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap) {
-  static std::atomic<bool> ready_f32{false}, ready_bf16{false};
-  if (a.lo) launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
-  else launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks,
-                               overlap);
+void launch_flash_decode(const Args& a, unsigned n_items, unsigned yblocks, bool overlap, bool narrow) {
+  static std::atomic<bool> ready_f32{false}, ready_bf16{false}, ready_narrow{false};
+  if (a.lo) {
+    launch_attention_kernel(flash_decode_kernel, ready_f32, kDecThreads, dec_smem<true>(), a, n_items, yblocks);
+  } else if (narrow) {
+    if (!ready_narrow.load())
+      TF_CUDA_CHECK(cudaFuncSetAttribute(flash_decode_narrow_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)),
+                    "attention: shared memory carveout");
+    launch_attention_kernel(flash_decode_narrow_kernel, ready_narrow, kNarrowThreads, narrow_smem(), a, n_items,
+                            yblocks, overlap);
+  } else {
+    launch_attention_kernel(flash_decode_bf16_kernel, ready_bf16, kDecThreads, dec_smem<false>(), a, n_items, yblocks,
+                            overlap);
+  }
 }
 
 }  // namespace tf::cuda::attn

@@ -43,17 +43,22 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const I
 // offset and whether it reads (else zeros: masked keys, dims past head_dim); a copy is `per`
 // values, 16 bytes (wide), or 8 for bf16 rows of a head dim not a multiple of 8 (not 16-byte
 // aligned). A thread copies one column of every (T / units)-th key, so the loop has no division.
-template <int T, class E, class F>
-__device__ __forceinline__ void stage_keys(int ld, const int64_t* slot, int hd, int hdp, int jlo, int jhi, F copy) {
+// offset_of(key): the key's pool offset, -1 when masked.
+template <int T, class E, class O, class F>
+__device__ __forceinline__ void stage_keys_by(int ld, O offset_of, int hd, int hdp, int jlo, int jhi, F copy) {
   constexpr bool kWide = sizeof(E) == 4;
   const int per = kWide || hd % 8 != 0 ? 4 : 8, units = hdp / per;
   const int kstep = T / units, d0 = per * (static_cast<int>(threadIdx.x) % units);
   const int key0 = static_cast<int>(threadIdx.x) < kstep * units ? static_cast<int>(threadIdx.x) / units : kSplit;
   for (int key = key0 + (jlo > key0 ? (jlo - key0 + kstep - 1) / kstep * kstep : 0); key < jhi; key += kstep) {
-    const int64_t off = slot[key];
+    const int64_t off = offset_of(key);
     const bool ok = off >= 0 && d0 < hd;
     copy(key * ld + d0, ok ? off + d0 : int64_t{0}, ok, kWide || per == 8);
   }
+}
+template <int T, class E, class F>
+__device__ __forceinline__ void stage_keys(int ld, const int64_t* slot, int hd, int hdp, int jlo, int jhi, F copy) {
+  stage_keys_by<T, E>(ld, [slot](int key) { return slot[key]; }, hd, hdp, jlo, jhi, copy);
 }
 
 // One copy of stage_keys by cp.async, with no commit.
