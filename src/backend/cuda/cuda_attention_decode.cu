@@ -254,6 +254,27 @@ __device__ __forceinline__ void dec_pv16(const Args& a, const Dec& d, const floa
   else dec_put_pv(a, d, os, s, on);
 }
 
+// Thread j's key of split s + 2 (j < kSplit; fill), whether the item sees it (in), and its page id,
+// loaded before the split's scores so that the load's latency hides behind them.
+struct NextKey {
+  bool fill, in;
+  int32_t pk, page;
+};
+__device__ __forceinline__ NextKey next_key(const Args& a, const Dec& d, int s, int s1) {
+  NextKey k;
+  const int j = threadIdx.x;
+  k.pk = (s + 2) * kSplit + j;
+  k.fill = s + 2 <= s1 && j < kSplit;
+  k.in = k.fill && k.pk >= d.it.lo && k.pk <= d.it.hi;
+  k.page = k.in ? d.it.pt[k.pk / a.page_size] : 0;
+  return k;
+}
+
+// A key's row of the pool (page x page_size + its place in the page).
+__device__ __forceinline__ int64_t pool_row(const Args& a, const NextKey& k) {
+  return static_cast<int64_t>(k.page) * a.page_size + k.pk % a.page_size;
+}
+
 // Whole mode's end: warps 0 and 1 leave each pair's sum in st, then a warp's dim tiles ND w ..
 // ND w + ND - 1 of acc over it go to the output.
 template <int ND>
@@ -400,14 +421,11 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
     __syncthreads();
     // Split s + 2's slots into this stage's (read when split s's tiles were staged): the page
     // id loads now, the slot is written after the scores.
-    const int j = threadIdx.x;
-    const int32_t pk = (s + 2) * kSplit + j;
-    const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
-    const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
+    const NextKey nk = next_key(a, d, s, s1);
     dec_scores16<1>(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
-    if (fill)
-      kslot[b * kSplit + j] =
-          in ? (static_cast<int64_t>(page) * a.page_size + pk % a.page_size) * a.kv_width + d.it.head_off : -1;
+    if (nk.fill)
+      kslot[b * kSplit + threadIdx.x] =
+          nk.in ? pool_row(a, nk) * a.kv_width + d.it.head_off : -1;
     __syncthreads();
     bool on[2];
     dec_softmax<false>(a, d, xs, kKs, s, on, wst, &run);
@@ -448,11 +466,12 @@ __global__ void __launch_bounds__(kNarrowThreads, 4) flash_decode_narrow_kernel(
         ld, [&](int key) { return sl[key] < 0 ? int64_t{-1} : sl[key] * static_cast<int64_t>(a.kv_width) + d.it.head_off; },
         d.hd, d.hdp, jlo, jhi, [&](int to, int64_t at, bool ok, bool wide) { stage_copy(dst + to, src + at, ok, wide); });
   };
-  auto pool_row = [&](int32_t pk, int32_t page) { return page * a.page_size + pk % a.page_size; };
   auto rows_of = [&](int32_t* sl, int s) {
     for (int j = threadIdx.x; j < kSplit; j += kNarrowThreads) {
       const int32_t pk = s * kSplit + j;
-      sl[j] = pk >= d.it.lo && pk <= d.it.hi ? pool_row(pk, d.it.pt[pk / a.page_size]) : -1;
+      sl[j] = pk >= d.it.lo && pk <= d.it.hi
+                  ? static_cast<int32_t>(pool_row(a, {true, true, pk, d.it.pt[pk / a.page_size]}))
+                  : -1;
     }
   };
   const int32_t fresh = a.row_fresh[d.it.r0];
@@ -483,12 +502,9 @@ __global__ void __launch_bounds__(kNarrowThreads, 4) flash_decode_narrow_kernel(
     else cp_async_wait<2>();
     __syncthreads();
     // Split s + 2's rows into split s's slots (its tiles are staged): the page id loads now.
-    const int j = threadIdx.x;
-    const int32_t pk = (s + 2) * kSplit + j;
-    const bool fill = s + 2 <= s1 && j < kSplit, in = fill && pk >= d.it.lo && pk <= d.it.hi;
-    const int32_t page = in ? d.it.pt[pk / a.page_size] : 0;
+    const NextKey nk = next_key(a, d, s, s1);
     dec_scores16<2>(d, qa, tile(2 * i), ld, xs, kKs);
-    if (fill) kslot[(i & 1) * kSplit + j] = in ? pool_row(pk, page) : -1;
+    if (nk.fill) kslot[(i & 1) * kSplit + threadIdx.x] = nk.in ? static_cast<int32_t>(pool_row(a, nk)) : -1;
     __syncthreads();
     if (s + 1 <= s1) stage(i + 1, true, 0, kSplit);
     cp_async_commit();
