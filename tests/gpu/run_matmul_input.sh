@@ -52,7 +52,7 @@ check)
               "TF_CUDA_WG_FULL=0" "TF_CUDA_WG_FIXED=abcd TF_CUDA_WG_TMA=none" "TF_CUDA_WG_TMA=abcd" \
               "TF_CUDA_WG_TMA=abcd TF_CUDA_WG_FULL=0" "TF_CUDA_WG_TMA=none TF_CUDA_WG_WIDE=1" \
               "TF_CUDA_WG_TILE=e" "TF_CUDA_WG_FEW=e" "TF_CUDA_WG_WS=0" "TF_CUDA_WG_WS=1" "TF_CUDA_WG_WST=64" \
-              "TF_CUDA_WG_WST=0" "TF_CUDA_GLU=0"; do
+              "TF_CUDA_WG_WST=0" "TF_CUDA_GLU=0" "TF_CUDA_SKINNY_WORDS=1"; do
     for poison in 0 1; do
       i=$((i + 1))
       ( echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 200 "$B"/tf_kernel_contract \

@@ -153,9 +153,23 @@ bool skinny_wide(int64_t ks) {
   return on && ks <= 4 * 32 * (kSkinnyUnroll / 2);
 }
 
+// Whether a launch of 9..16 rows of BF16 or F16 weights in bf16 mode reads x as split_x's bf16
+// words, preloaded a step ahead (kWords), instead of splitting f32 rows each step (Q8_0 launches
+// always take f32 rows). Opt-in while it waits for its checks on a card: TF_CUDA_SKINNY_WORDS=1.
+template <int WT>
+bool skinny_words(const CudaBackend& be, int64_t rows) {
+  static const bool on = [] {
+    const char* e = std::getenv("TF_CUDA_SKINNY_WORDS");
+    return e && std::string(e) == "1";
+  }();
+  return on && WT != kQ8 && rows > 8 && !x_lo(be);
+}
+
 template <int WT>
 void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,
                    Tensor y, SplitArgs sp) {
+  const bool words = skinny_words<WT>(be, x.rows);
+  const float* xp = words ? reinterpret_cast<const float*>(split_x(be, x, (x.cols + 31) / 32 * 32)) : x.data;
   const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec_w = WT == kQ8 || w.cols % 8 == 0;
   auto grid_of = [&](int tn) {
@@ -166,6 +180,9 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
       constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
       auto kern_of = [&](auto tn) {
         constexpr int TN = decltype(tn)::value;
+        if constexpr (!L) {
+          if (words) return skinny_matmul<WT, true, false, false, TN, false, L, false, true>;
+        }
         return x.rows > 8 ? skinny_matmul<WT, true, false, false, TN, false, L>
                           : skinny_matmul<WT, false, false, false, TN, P, L>;
       };
@@ -189,7 +206,7 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
         sp.counters = be.matmul_counters(grid.x);
       }
       with_tn_of(tn, [&](auto t) {
-        launch_kernel_cluster(cluster, kern_of(t), grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, w.data,
+        launch_kernel_cluster(cluster, kern_of(t), grid, kSkinnyWarps * 32, 0, xp, x.rows, x.cols, w.data,
                               w.scales, bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
       });
     });
@@ -225,11 +242,16 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
     }
     const bool vec_x = x.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slices));
+    const bool words = skinny_words<WT>(be, x.rows);
+    const float* xp = words ? reinterpret_cast<const float*>(split_x(be, x, (x.cols + 31) / 32 * 32)) : x.data;
     with_prex<WT>(x.rows <= 8, [&](auto prex) {
       with_wt_xlo<WT>(be, [&](auto xlo) {
         constexpr bool P = decltype(prex)::value, L = decltype(xlo)::value;
         auto kern = x.rows > 8 ? skinny_matmul<WT, true, false, true, TN, false, L>
                                : skinny_matmul<WT, false, false, true, TN, P, L>;
+        if constexpr (!L) {
+          if (words) kern = skinny_matmul<WT, true, false, true, TN, false, L, false, true>;
+        }
         // In clusters of every slice block of a tile: an output of fewer slices leaves its extra blocks.
         const unsigned cluster = fit_cluster(kern, grid, live);
         if (cluster > 1) {
@@ -238,7 +260,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
           carve_partials(be, x.rows, ma.n,
                          [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
         }
-        launch_kernel_cluster(cluster, kern, grid, kSkinnyWarps * 32, 0, x.data, x.rows, x.cols, nullptr, nullptr,
+        launch_kernel_cluster(cluster, kern, grid, kSkinnyWarps * 32, 0, xp, x.rows, x.cols, nullptr, nullptr,
                               nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
       });
     });

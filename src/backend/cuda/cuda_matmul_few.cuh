@@ -97,10 +97,13 @@ constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for
 // loads before the wait.
 // sp.cluster (plain and kMulti launches): the slice blocks of a tile are one cluster along y, and
 // they sum the tile's partials in shared memory (cluster_slices) instead of the last to arrive.
+// kWords (9..16 rows in bf16 mode, plain and kMulti launches): x holds split_x's hi plane, bf16
+// words [M][Kp], not f32 rows; the next step's words are loaded before this step computes, as
+// kPreX does with f32 rows, in half their registers. The same operand words, so the same bits.
 // Blocks are held to four an SM (128 registers), except the grouped 16-row one-tile form, which
 // would spill at that cap.
 template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool kPreX = false,
-          bool kXLo = true, bool kWhole = false>
+          bool kXLo = true, bool kWhole = false, bool kWords = false>
 __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 ? 1 : 4)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
@@ -110,6 +113,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
   constexpr int BN = skinny_cols(TN);
   constexpr bool kLo = WT != kQ8 && kXLo;
   static_assert(!kWhole || (kGroup && !kHigh && !kPreX), "the whole-range x is for MoE items of up to 8 rows");
+  static_assert(!kWords || (!kGroup && !kPreX && !kXLo), "words of x: plain launches in bf16 mode");
   // Operand words of one step: [row][group][hi 0..3, lo 0..3].
   __shared__ __align__(16) uint32_t xs[kWhole ? 1 : R][kWhole ? 1 : G][8];
   // kWhole: operand words of the block's k range, uint4s [row][group]: the hi plane, then lo.
@@ -252,12 +256,35 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
     }
   };
   if (kPreX && kbeg < kend) load_xv(kbeg);
+  // kWords: a group's words are k .. k + 3 and k + 16 .. k + 19 of the plane (load_x8's k), zeros
+  // past it.
+  const int64_t Kp = (K + 31) / 32 * 32;
+  uint4 xq[kWords ? kItems : 1];
+  auto load_xq = [&](int64_t kc) {
+    const auto* xw = reinterpret_cast<const uint16_t*>(x);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (xrow[j] < 0) continue;
+      const int64_t k = x_group_k(kc, static_cast<int>((threadIdx.x + j * kSkinnyWarps * 32) % G));
+      uint2 a = make_uint2(0u, 0u), b = a;
+      if (k < Kp) {
+        a = *reinterpret_cast<const uint2*>(xw + xrow[j] * Kp + k);
+        b = *reinterpret_cast<const uint2*>(xw + xrow[j] * Kp + k + 16);
+      }
+      xq[kWords ? j : 0] = make_uint4(a.x, a.y, b.x, b.y);
+    }
+  };
+  if (kWords && kbeg < kend) load_xq(kbeg);
   for (int64_t kc = kbeg; kc < kend; kc += 32 * U) {
     // The step's x as operand words, each live (row, k8 group) split by one thread.
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (xrow[j] < 0) continue;
       const int i = threadIdx.x + j * kSkinnyWarps * 32, r = i / G, q = i % G;
+      if constexpr (kWords) {
+        *reinterpret_cast<uint4*>(&xs[r][q][0]) = xq[j];
+        continue;
+      }
       uint32_t hi[4], lo[4];
       float v[8];
       if (kPreX) {
@@ -282,6 +309,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
       if (kLo) *reinterpret_cast<uint4*>(&xs[r][q][4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
     if (kPreX && kc + 32 * U < kend) load_xv(kc + 32 * U);
+    if (kWords && kc + 32 * U < kend) load_xq(kc + 32 * U);
     if (!kWhole) __syncthreads();
     uint32_t cw[U][TN][4];
     float cs[U][TN][2];
