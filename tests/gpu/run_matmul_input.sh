@@ -41,6 +41,9 @@ check)
     ( echo "bf16 $form: $(env $form timeout 200 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
       grep -E 'SUMMARY|FAIL')" > "$OUT/form_a$i.txt" ) &
   done
+  # In waves: 47 runs at once on one H100 reached their time limits before they ended.
+  wait
+  m=0
   # The matmul cases on the tile forms the defaults reach only at large shapes or not at all, plain
   # and poisoned: the 256-row tile everywhere, alone and with its running total in y; tile c's
   # one-row stages (four, as before, and six); every tile's mma issue with its branches (as for K
@@ -58,6 +61,8 @@ check)
       ( echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 200 "$B"/tf_kernel_contract \
         --matmul-input bf16 --filter matmul 2>&1 | grep -E 'SUMMARY|FAIL')" > "$OUT/form_m$i.txt" ) &
     done
+    # Eight forms (16 runs) at a time.
+    m=$((m + 1)); [ $((m % 8)) -eq 0 ] && wait
   done
   wait
   cat "$OUT"/form_a*.txt "$OUT"/form_m*.txt | tee "$OUT/contract_bf16_forms.log"
