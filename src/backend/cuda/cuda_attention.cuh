@@ -217,6 +217,11 @@ __device__ __forceinline__ void stage_q(float* qs, int ld, const Args& a, int r0
   }
 }
 
+// Key pk's row of the pool, on page `page`: page x page_size + its place in the page.
+__device__ __forceinline__ int64_t pool_row(const Args& a, int32_t page, int32_t pk) {
+  return static_cast<int64_t>(page) * a.page_size + pk % a.page_size;
+}
+
 // Pool offsets (the kv head's column included) of keys s * kSplit.. into slot, -1 outside lo..hi
 // (keys of the sequence whose page list is pt), by T threads: one division a key, not an element.
 template <int T>
@@ -224,9 +229,7 @@ __device__ __forceinline__ void fill_slots(int64_t* slot, const Args& a, const i
                                            int64_t head_off, int s) {
   for (int j = threadIdx.x; j < kSplit; j += T) {
     const int32_t pk = s * kSplit + j;
-    slot[j] = pk >= lo && pk <= hi
-                  ? (static_cast<int64_t>(pt[pk / a.page_size]) * a.page_size + pk % a.page_size) * a.kv_width + head_off
-                  : -1;
+    slot[j] = pk >= lo && pk <= hi ? pool_row(a, pt[pk / a.page_size], pk) * a.kv_width + head_off : -1;
   }
 }
 

@@ -270,11 +270,6 @@ __device__ __forceinline__ NextKey next_key(const Args& a, const Dec& d, int s, 
   return k;
 }
 
-// A key's row of the pool (page x page_size + its place in the page).
-__device__ __forceinline__ int64_t pool_row(const Args& a, const NextKey& k) {
-  return static_cast<int64_t>(k.page) * a.page_size + k.pk % a.page_size;
-}
-
 // Whole mode's end: warps 0 and 1 leave each pair's sum in st, then a warp's dim tiles ND w ..
 // ND w + ND - 1 of acc over it go to the output.
 template <int ND>
@@ -425,7 +420,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) flash_decode_bf16_kernel(Args 
     dec_scores16<1>(d, qa, kb + b * kSplit * ld, ld, xs, kKs);
     if (nk.fill)
       kslot[b * kSplit + threadIdx.x] =
-          nk.in ? pool_row(a, nk) * a.kv_width + d.it.head_off : -1;
+          nk.in ? pool_row(a, nk.page, nk.pk) * a.kv_width + d.it.head_off : -1;
     __syncthreads();
     bool on[2];
     dec_softmax<false>(a, d, xs, kKs, s, on, wst, &run);
@@ -469,9 +464,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 4) flash_decode_narrow_kernel(
   auto rows_of = [&](int32_t* sl, int s) {
     for (int j = threadIdx.x; j < kSplit; j += kNarrowThreads) {
       const int32_t pk = s * kSplit + j;
-      sl[j] = pk >= d.it.lo && pk <= d.it.hi
-                  ? static_cast<int32_t>(pool_row(a, {true, true, pk, d.it.pt[pk / a.page_size]}))
-                  : -1;
+      sl[j] = pk >= d.it.lo && pk <= d.it.hi ? static_cast<int32_t>(pool_row(a, d.it.pt[pk / a.page_size], pk)) : -1;
     }
   };
   const int32_t fresh = a.row_fresh[d.it.r0];
@@ -504,7 +497,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 4) flash_decode_narrow_kernel(
     // Split s + 2's rows into split s's slots (its tiles are staged): the page id loads now.
     const NextKey nk = next_key(a, d, s, s1);
     dec_scores16<2>(d, qa, tile(2 * i), ld, xs, kKs);
-    if (nk.fill) kslot[(i & 1) * kSplit + threadIdx.x] = nk.in ? static_cast<int32_t>(pool_row(a, nk)) : -1;
+    if (nk.fill) kslot[(i & 1) * kSplit + threadIdx.x] = nk.in ? static_cast<int32_t>(pool_row(a, nk.page, nk.pk)) : -1;
     __syncthreads();
     if (s + 1 <= s1) stage(i + 1, true, 0, kSplit);
     cp_async_commit();
