@@ -50,12 +50,13 @@ check)
   # not a multiple of a stage), every tile's copies from fixed places, and every tile filled by
   # TMA (tile c too) or by cp.async (the large tiles too); tile e wherever it can run (at 17..64
   # rows too), on every folding launch it can take, and nowhere; its 256-column blocks with 64 totals
-  # in registers, and none of them (the 128-column form instead); gate, up and act_mul unfused.
+  # in registers, and none of them (the 128-column form instead); gate, up and act_mul unfused;
+  # 9..16-row few-row launches splitting x each step (not reading split_x's words).
   for form in "TF_CUDA_WG_WIDE=1" "TF_CUDA_WG_WIDE=1 TF_CUDA_WG_YTOT=1" "TF_CUDA_WG_C=4" "TF_CUDA_WG_C=6" \
               "TF_CUDA_WG_FULL=0" "TF_CUDA_WG_FIXED=abcd TF_CUDA_WG_TMA=none" "TF_CUDA_WG_TMA=abcd" \
               "TF_CUDA_WG_TMA=abcd TF_CUDA_WG_FULL=0" "TF_CUDA_WG_TMA=none TF_CUDA_WG_WIDE=1" \
               "TF_CUDA_WG_TILE=e" "TF_CUDA_WG_FEW=e" "TF_CUDA_WG_WS=0" "TF_CUDA_WG_WS=1" "TF_CUDA_WG_WST=64" \
-              "TF_CUDA_WG_WST=0" "TF_CUDA_GLU=0" "TF_CUDA_SKINNY_WORDS=1"; do
+              "TF_CUDA_WG_WST=0" "TF_CUDA_GLU=0" "TF_CUDA_SKINNY_WORDS=0"; do
     for poison in 0 1; do
       i=$((i + 1))
       ( echo "bf16 $form poison=$poison: $(env $form TF_CUDA_POISON_SHARED=$poison timeout 200 "$B"/tf_kernel_contract \
