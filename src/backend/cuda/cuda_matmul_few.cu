@@ -155,7 +155,7 @@ bool skinny_wide(int64_t ks) {
 
 // Whether a launch of 9..16 rows of BF16 or F16 weights in bf16 mode reads x as split_x's bf16
 // words, preloaded a step ahead (kWords), instead of splitting f32 rows each step (Q8_0 launches
-// always take f32 rows). TF_CUDA_SKINNY_WORDS=0: never, for side-by-side timing; the words are the same.
+// always take f32 rows); the operand words are the same. TF_CUDA_SKINNY_WORDS=0: never (timing).
 template <int WT>
 bool skinny_words(const CudaBackend& be, int64_t rows) {
   static const bool on = !env_zero("TF_CUDA_SKINNY_WORDS");
