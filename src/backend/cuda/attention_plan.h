@@ -160,4 +160,35 @@ inline unsigned decode_first(Plan& pl, int hpb) {
   return static_cast<unsigned>(dec.size() / 2);
 }
 
+// For the warp-specialized flash form, which stages each split once for two items: rewrites the
+// flash items from `from` to n_flash in place as one (g, g2) entry a block, g2 -1 for none, pairing
+// consecutive items whose groups are adjacent rows of one sequence with contiguous positions (so
+// every key of their joint range is one either sees), and returns the blocks; 0, with items
+// unchanged, when any of those items is split-mode (the form takes whole groups only).
+inline unsigned pair_flash_items(Plan& pl, unsigned from, const int32_t* pos, const int32_t* seq) {
+  for (unsigned i = from; i < pl.n_flash; ++i)
+    if (pl.items[2 * i + 1] >= 0) return 0;
+  const auto adjacent = [&](int32_t ga, int32_t gb) {
+    const int32_t ra = pl.grp[static_cast<size_t>(ga)], rb = pl.grp[static_cast<size_t>(gb)];
+    const int32_t ea = pl.grp[static_cast<size_t>(ga) + 1], eb = pl.grp[static_cast<size_t>(gb) + 1];
+    if (seq[ra] != seq[rb]) return false;
+    if (eb == ra) return pos[ra] == pos[ra - 1] + 1;
+    if (ea == rb) return pos[rb] == pos[rb - 1] + 1;
+    return false;
+  };
+  std::vector<int32_t> out;
+  for (unsigned i = from; i < pl.n_flash;) {
+    const int32_t g = pl.items[2 * i];
+    if (i + 1 < pl.n_flash && adjacent(g, pl.items[2 * i + 2])) {
+      out.insert(out.end(), {g, pl.items[2 * i + 2]});
+      i += 2;
+    } else {
+      out.insert(out.end(), {g, -1});
+      i += 1;
+    }
+  }
+  std::copy(out.begin(), out.end(), pl.items.begin() + 2 * static_cast<std::ptrdiff_t>(from));
+  return static_cast<unsigned>(out.size() / 2);
+}
+
 }  // namespace tf::cuda::attn

@@ -480,6 +480,10 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
                             kMaxPartialBytes, flash_decode_on(), matmul_input() == MatmulInput::BF16,
                             matmul_input() == MatmulInput::BF16 ? attn_whole_splits() : 0, attn_fold_on()});
   const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
+  // bf16 mode's warp-specialized form takes the whole groups two a block where they pair.
+  const unsigned n_ws = matmul_input() == MatmulInput::BF16 && pl.n_flash > n_dec && flash_ws_takes(hd)
+                            ? pair_flash_items(pl, n_dec, pos.data(), rows.seq.data())
+                            : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows,
@@ -519,7 +523,11 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     check_launch("attention");
     a.items += 2 * n_dec;
   }
-  if (n_flash > n_dec) {
+  if (n_ws > 0) {
+    launch_flash_ws(a, n_ws, yb);
+    check_launch("attention");
+    a.items += 2 * (n_flash - n_dec);
+  } else if (n_flash > n_dec) {
     launch_flash(a, n_flash - n_dec, yb);
     check_launch("attention");
     a.items += 2 * (n_flash - n_dec);
