@@ -291,92 +291,9 @@ __global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
 // and 2 each run flash_wg_kernel's split for their own item's 64 pairs, with no staging and no
 // block barrier, so the bits are flash_wg_kernel's.
 constexpr int kWsThreads = 384, kWsStages = 3;
-constexpr size_t kFlashWsSmem = static_cast<size_t>(kWsStages + 1) * 2 * kTile * sizeof(uint16_t) +
+constexpr size_t kFlashWsSmem = static_cast<size_t>(kWsStages) * 2 * kTile * sizeof(uint16_t) +
                                 static_cast<size_t>(kWsStages) * kSplit * sizeof(int64_t) +
                                 2 * kWsStages * sizeof(uint64_t) + 1024;
-
-// flash_ws_kernel's consumer warpgroup with q's tile in shared memory: split s + 1's scores go
-// out before split s's softmax, so the tensor cores have them while it runs. Same operations.
-template <class Full, class Empty>
-__device__ __forceinline__ void ws_consume_ahead(const Args& a, const Item& it, bool has, FlashPairs& f,
-                                                 float (&o)[16][4], const uint16_t* tiles, uint16_t* qt, Full full,
-                                                 Empty empty, int S0, int S1, int warp, int gq, int tq, int t, int wg) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using mm::kSwzRow;
-  constexpr int units = kChunk / 8;
-  for (int i = t; i < kFlashPairs * units; i += 128) {
-    const int p = i / units, u = i % units, d = 8 * u;
-    uint32_t w[4] = {0u, 0u, 0u, 0u};
-    if (p < it.P && d < a.head_dim) {
-      const float* qr = a.q + static_cast<int64_t>(it.r0 + p / a.hpb) * a.ldq +
-                        static_cast<int64_t>(it.h0 + p % a.hpb) * a.head_dim + d;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 x = *reinterpret_cast<const float2*>(qr + 2 * e);
-        w[e] = pack_bf16(product_input<false>(x.x), product_input<false>(x.y));
-      }
-    }
-    *reinterpret_cast<uint4*>(qt + u / 8 * kPanel + mm::swz_at(p, 8 * (u % 8))) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-  fence_proxy_async();  // q's stores to wgmma
-  if (wg == 1) asm volatile("bar.sync 2, 128;\n" ::: "memory");
-  else asm volatile("bar.sync 3, 128;\n" ::: "memory");
-  const uint64_t qd = mm::swz_desc(qt);
-  const int steps = a.hd_pad / 16;
-  const auto stage_of = [S0](int s) { return (s - S0) % kWsStages; };
-  const auto wait_full = [&](int s) { mbar_wait(full(stage_of(s)), ((s - S0) / kWsStages) & 1); };
-  const int lo = has ? it.s0 : S1 + 1, hi = has ? it.s1 : S1;
-  for (int s = S0; s < lo && s <= S1; ++s) wait_full(s), mbar_arrive(empty(stage_of(s)));
-  const auto issue = [&](float (&sc)[8][4], int s) {
-    wait_full(s);
-    const uint64_t kd = mm::swz_desc(tiles + 2 * stage_of(s) * kTile);
-    auto scores = [&](auto whole_dims) {
-      wgmma_ss64<false>(reinterpret_cast<float(&)[32]>(sc), qd, kd);
-#pragma unroll
-      for (int k = 1; k < kChunk / 16; ++k) {
-        if (!decltype(whole_dims)::value && k >= steps) break;
-        const int at = k / 4 * kPanel + 16 * (k % 4);
-        wgmma_ss64(reinterpret_cast<float(&)[32]>(sc), mm::desc_add(qd, at), mm::desc_add(kd, at));
-      }
-    };
-    wgmma_fence();
-    if (steps == kChunk / 16) scores(std::true_type{});
-    else scores(std::false_type{});
-    wgmma_commit();
-  };
-  const auto step = [&](float (&sc)[8][4], float (&nx)[8][4], int s) {
-    wgmma_wait<0>();
-    if (s + 1 <= hi) issue(nx, s + 1);
-    const uint16_t* vt = tiles + 2 * stage_of(s) * kTile + kTile;
-    uint32_t pa[4][4];
-    const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, false, pa);
-#pragma unroll
-    for (int h = 0; h < kChunk / 64; ++h) {
-      float os[8][4];
-      wgmma_fence();
-      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
-#pragma unroll
-      for (int j = 1; j < 4; ++j)
-        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
-      wgmma_commit();
-      wgmma_wait<0>();
-      flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, false);
-    }
-    mbar_arrive(empty(stage_of(s)));
-  };
-  if (lo <= hi) {
-    float sa[8][4], sb[8][4];
-    issue(sa, lo);
-    for (int s = lo;; s += 2) {
-      step(sa, sb, s);
-      if (s + 1 > hi) break;
-      step(sb, sa, s + 1);
-      if (s + 2 > hi) break;
-    }
-  }
-  for (int s = max(hi + 1, lo); s <= S1; ++s) wait_full(s), mbar_arrive(empty(stage_of(s)));
-#endif
-}
 
 template <bool kAhead>
 __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
@@ -387,8 +304,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
   extern __shared__ __align__(16) uint16_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [stage][K, V][2 panels][kSplit][64]
-  uint16_t* qtiles = tiles + 2 * kWsStages * kTile;                        // kAhead: [consumer][kTile]
-  auto* kslot = reinterpret_cast<int64_t*>(qtiles + 2 * kTile);             // [stage][kSplit]
+  auto* kslot = reinterpret_cast<int64_t*>(tiles + 2 * kWsStages * kTile);  // [stage][kSplit]
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(kslot + kWsStages * kSplit));
   const auto full = [bars](int b) { return bars + 8u * static_cast<uint32_t>(b); };
   const auto empty = [bars](int b) { return bars + 8u * static_cast<uint32_t>(kWsStages + b); };
@@ -401,6 +317,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
   }
   __syncthreads();
   if (wg == 0) {
+    // kAhead's consumers hold the next split's scores while they fold: 240 registers, so 24 here.
     if constexpr (kAhead) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     // The union of both items' keys: each is in one of their ranges, so written.
@@ -432,50 +349,64 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  if constexpr (kAhead) {
-    ws_consume_ahead(a, it, g >= 0, f, o, tiles, qtiles + (wg - 1) * kTile, full, empty, S0, S1, warp, gq, tq, t, wg);
-    if (g >= 0) flash_out(a, it, f, o, 0, warp, gq, tq);
-    return;
-  }
   uint32_t qa[kChunk / 16][4];
   load_q16(a, it, warp, gq, tq, qa);
-  for (int s = S0; s <= S1; ++s) {
-    const int i = s - S0, b = i % kWsStages;
-    mbar_wait(full(b), (i / kWsStages) & 1);
-    if (g >= 0 && s >= it.s0 && s <= it.s1) {
-      const uint16_t* kt = tiles + 2 * b * kTile;
-      const uint16_t* vt = kt + kTile;
-      float sc[8][4];
-      auto scores = [&](auto whole_dims) {
-        wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
+  const int lo = g >= 0 ? it.s0 : S1 + 1, hi = g >= 0 ? it.s1 : S1;
+  const auto stage_of = [S0](int s) { return (s - S0) % kWsStages; };
+  const auto wait_full = [&](int s) { mbar_wait(full(stage_of(s)), ((s - S0) / kWsStages) & 1); };
+  float sc[8][4];
+  // Split s's scores into sc, committed; the first step writes them.
+  const auto issue_scores = [&](int s) {
+    const uint16_t* kt = tiles + 2 * stage_of(s) * kTile;
+    auto scores = [&](auto whole_dims) {
+      wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
 #pragma unroll
-        for (int k = 1; k < kChunk / 16; ++k) {
-          if (!decltype(whole_dims)::value && k >= steps) break;
-          wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
-        }
-      };
-      wgmma_fence();
-      if (steps == kChunk / 16) scores(std::true_type{});
-      else scores(std::false_type{});
-      wgmma_commit();
-      wgmma_wait<0>();
-      uint32_t pa[4][4];
-      const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, false, pa);
-#pragma unroll
-      for (int h = 0; h < kChunk / 64; ++h) {
-        float os[8][4];
-        wgmma_fence();
-        wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
-#pragma unroll
-        for (int j = 1; j < 4; ++j)
-          wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
-        wgmma_commit();
-        wgmma_wait<0>();
-        flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, false);
+      for (int k = 1; k < kChunk / 16; ++k) {
+        if (!decltype(whole_dims)::value && k >= steps) break;
+        wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
       }
-    }
+    };
+    wgmma_fence();
+    if (steps == kChunk / 16) scores(std::true_type{});
+    else scores(std::false_type{});
+    wgmma_commit();
+  };
+  for (int s = S0; s <= S1; ++s) {
     // A split this warpgroup does not take is still waited for and handed back, so phases agree.
-    mbar_arrive(empty(b));
+    if (s < lo || s > hi) {
+      wait_full(s);
+      mbar_arrive(empty(stage_of(s)));
+      continue;
+    }
+    if (s == lo || !kAhead) {
+      wait_full(s);
+      issue_scores(s);
+    }
+    wgmma_wait<0>();
+    const uint16_t* vt = tiles + 2 * stage_of(s) * kTile + kTile;
+    uint32_t pa[4][4];
+    const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, false, pa);
+    // kAhead: split s + 1's scores go out between the two halves' V products, so the tensor cores
+    // run them while the first half folds.
+#pragma unroll
+    for (int h = 0; h < kChunk / 64; ++h) {
+      float os[8][4];
+      wgmma_fence();
+      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
+#pragma unroll
+      for (int j = 1; j < 4; ++j)
+        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
+      wgmma_commit();
+      if (kAhead && h == 0 && s < hi) {
+        wait_full(s + 1);
+        issue_scores(s + 1);
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, false);
+    }
+    mbar_arrive(empty(stage_of(s)));
   }
   if (g >= 0) flash_out(a, it, f, o, 0, warp, gq, tq);
 #else
@@ -497,8 +428,8 @@ bool flash_wg2_on() {
 
 }  // namespace
 
-// TF_CUDA_FLASH_WS: 1 takes the warp-specialized form, 2 its consumers with q in shared memory and
-// the next split's scores issued before each softmax; unset or 0, neither (not yet timed).
+// TF_CUDA_FLASH_WS: 1 takes the warp-specialized form, 2 the form whose consumers issue the next
+// split's scores between a split's two halves of V products; unset or 0, neither (not yet timed).
 int flash_ws_mode() {
   static const int mode = [] {
     const char* e = std::getenv("TF_CUDA_FLASH_WS");
@@ -512,8 +443,10 @@ bool flash_ws_takes(int head_dim) { return head_dim % 8 == 0 && flash_ws_mode() 
 void launch_flash_ws(const Args& a, unsigned n_blocks, unsigned yblocks) {
   static std::atomic<bool> ready{false}, ready_ahead{false};
   const bool ahead = flash_ws_mode() == 2;
-  if (ahead) launch_attention_kernel(flash_ws_kernel<true>, ready_ahead, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
-  else launch_attention_kernel(flash_ws_kernel<false>, ready, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
+  if (ahead)
+    launch_attention_kernel(flash_ws_kernel<true>, ready_ahead, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
+  else
+    launch_attention_kernel(flash_ws_kernel<false>, ready, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
 }
 
 bool launch_flash_wg(const Args& a, unsigned n_items, unsigned yblocks) {
