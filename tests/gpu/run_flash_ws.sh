@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# First checks and timings of the warp-specialized flash form (TF_CUDA_FLASH_WS=1|2, off by default)
+# on a card, in one call of a few minutes. Binaries built here come in by tests/gpu/pack.sh
+# (PACK="tensorfold tf_kernel_contract"):
+#   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_flash_ws.sh", carry=[".gpubin"])
+# Writes $OUT/flash_ws.txt: the attention cases in bf16 under each form, plain and poisoned; the
+# attention bench with the form off, 1 and 2; prefill of 4,096 tokens side by side (a 4-layer
+# model's per-op attention row, then the whole model); golden in bf16 with the form on.
+set -u
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+B=${BIN_DIR:-.gpubin}
+R=$OUT/flash_ws.txt
+T0=$(date +%s)
+el() { echo "t=$(($(date +%s) - T0))s" >> "$R"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R"
+python3 scripts/make_random_model.py --shape llama3.1-8b --layers 4 --out /dev/shm/l4 > /dev/null 2>&1 &
+python3 scripts/make_random_model.py --shape llama3.1-8b --out /dev/shm/llama3.1-8b > /dev/null 2>&1 &
+i=0
+for form in "TF_CUDA_FLASH_WS=1" "TF_CUDA_FLASH_WS=1 TF_CUDA_POISON_SHARED=1" "TF_CUDA_FLASH_WS=2" \
+            "TF_CUDA_FLASH_WS=2 TF_CUDA_POISON_SHARED=1" "TF_CUDA_FLASH_WS=1 TF_CUDA_ATTN_HPB=1" "TF_CUDA_FLASH_WS=0"; do
+  i=$((i + 1))
+  ( echo "bf16 $form: $(env $form timeout 150 "$B"/tf_kernel_contract --matmul-input bf16 --filter attention 2>&1 |
+      grep -E 'SUMMARY|FAIL' | head -8)" > "$OUT/ws_form$i.txt" ) &
+done
+wait
+cat "$OUT"/ws_form*.txt >> "$R"; el
+for rep in 1 2; do
+  for ws in 0 1 2; do
+    echo "bench-attention TF_CUDA_FLASH_WS=$ws" >> "$R"
+    TF_CUDA_FLASH_WS=$ws timeout 30 "$B"/tf_kernel_contract --filter @none --bench-attention --matmul-input bf16 2>&1 |
+      grep "BENCH attention" | grep -v decode >> "$R"
+  done
+done; el
+for rep in 1 2; do
+  for ws in 0 1 2; do
+    echo "4-layer prefill 4,096 TF_CUDA_FLASH_WS=$ws" >> "$R"
+    TF_CUDA_FLASH_WS=$ws timeout 40 "$B"/tensorfold bench --model /dev/shm/l4 --device cuda --pp 4096 --chunk 4096 \
+      --tg 2 --batch 1 --matmul-input bf16 --reps 2 --profile 2>&1 | grep -E "attention m=4096|^1 " >> "$R"
+  done
+done; el
+OUT=$OUT bash tests/gpu/run_ab.sh llama3.1-8b "--pp 4096 --chunk 4096 --tg 2 --batch 1 --matmul-input bf16" \
+  "off|TF_CUDA_FLASH_WS=0|$B/tensorfold|" "ws1|TF_CUDA_FLASH_WS=1|$B/tensorfold|" "ws2|TF_CUDA_FLASH_WS=2|$B/tensorfold|" \
+  "off|TF_CUDA_FLASH_WS=0|$B/tensorfold|" "ws1|TF_CUDA_FLASH_WS=1|$B/tensorfold|" > /dev/null
+python3 tests/gpu/abparse.py "$OUT/ab_llama3.1-8b.txt" >> "$R" 2>&1; el
+TF_CUDA_FLASH_WS=1 MATMUL_INPUT=bf16 timeout 120 python3 tests/gpu/golden_gpu.py "$B"/tensorfold 2>&1 | tail -3 >> "$R"; el
+cat "$R"
