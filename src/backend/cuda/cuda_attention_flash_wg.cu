@@ -45,6 +45,40 @@ __device__ __forceinline__ void stage_wg(uint16_t* tiles, const int64_t* kslot, 
   cp_async_commit();
 }
 
+// The one-warpgroup form's split scores: q's A fragments qa from registers times the K tile kt,
+// steps k16 steps (the first writes them), committed as one group with no wait.
+__device__ __forceinline__ void wg_issue_scores(float (&sc)[8][4], const uint32_t (&qa)[kChunk / 16][4],
+                                                const uint16_t* kt, int steps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  auto scores = [&](auto whole_dims) {
+    wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
+#pragma unroll
+    for (int k = 1; k < kChunk / 16; ++k) {
+      if (!decltype(whole_dims)::value && k >= steps) break;
+      wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
+    }
+  };
+  // A full head dim runs its steps with no test between the products.
+  wgmma_fence();
+  if (steps == kChunk / 16) scores(std::true_type{});
+  else scores(std::false_type{});
+  wgmma_commit();
+#endif
+}
+
+// Its V products for dims 64h..64h + 63: the weights' A fragments pa times the V tile vt read
+// N-major (key step j of panel h starts 16 j rows into it), committed as one group.
+__device__ __forceinline__ void wg_issue_pv(float (&os)[8][4], const uint32_t (&pa)[4][4], const uint16_t* vt, int h) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  wgmma_fence();
+  wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
+#pragma unroll
+  for (int j = 1; j < 4; ++j)
+    wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * mm::kSwzRow));
+  wgmma_commit();
+#endif
+}
+
 // bf16 mode on sm_90a for head dims a multiple of 8: the four warps are one warpgroup, and each
 // split's products are wgmma m64n64k16, A (q, then the weights) from registers as
 // flash_bf16_kernel holds them, B (K, then V read N-major) from 128-byte-swizzled tiles. A wgmma
@@ -89,34 +123,15 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
     __syncthreads();
     if (s + 2 <= s1) fill_slots<kThreads>(kslot + b * kSplit, a, it, s + 2);
     // Every warp takes part in the warpgroup's products; a warp past P holds only masked pairs.
-    // The first step writes the scores, so no zeroed accumulator is set up; a full head dim runs
-    // its steps with no test between the products.
     float sc[8][4];
-    auto scores = [&](auto full) {
-      wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
-#pragma unroll
-      for (int k = 1; k < kChunk / 16; ++k) {
-        if (!decltype(full)::value && k >= steps) break;
-        wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
-      }
-    };
-    wgmma_fence();
-    if (steps == kChunk / 16) scores(std::true_type{});
-    else scores(std::false_type{});
-    wgmma_commit();
+    wg_issue_scores(sc, qa, kt, steps);
     wgmma_wait<0>();
     uint32_t pa[4][4];
     const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, part, pa);
-    // 64 dims at a time: key step j of panel h starts 16 j rows into it.
 #pragma unroll
     for (int h = 0; h < kChunk / 64; ++h) {
       float os[8][4];
-      wgmma_fence();
-      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
-#pragma unroll
-      for (int j = 1; j < 4; ++j)
-        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
-      wgmma_commit();
+      wg_issue_pv(os, pa, vt, h);
       wgmma_wait<0>();
       flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, part);
     }
@@ -355,22 +370,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
   const auto stage_of = [S0](int s) { return (s - S0) % kWsStages; };
   const auto wait_full = [&](int s) { mbar_wait(full(stage_of(s)), ((s - S0) / kWsStages) & 1); };
   float sc[8][4];
-  // Split s's scores into sc, committed; the first step writes them.
-  const auto issue_scores = [&](int s) {
-    const uint16_t* kt = tiles + 2 * stage_of(s) * kTile;
-    auto scores = [&](auto whole_dims) {
-      wgmma_rs64<0, false>(reinterpret_cast<float(&)[32]>(sc), qa[0], mm::swz_desc(kt));
-#pragma unroll
-      for (int k = 1; k < kChunk / 16; ++k) {
-        if (!decltype(whole_dims)::value && k >= steps) break;
-        wgmma_rs64<0>(reinterpret_cast<float(&)[32]>(sc), qa[k], mm::swz_desc(kt + k / 4 * kPanel + 16 * (k % 4)));
-      }
-    };
-    wgmma_fence();
-    if (steps == kChunk / 16) scores(std::true_type{});
-    else scores(std::false_type{});
-    wgmma_commit();
-  };
+  const auto issue_scores = [&](int s) { wg_issue_scores(sc, qa, tiles + 2 * stage_of(s) * kTile, steps); };
   for (int s = S0; s <= S1; ++s) {
     // A split this warpgroup does not take is still waited for and handed back, so phases agree.
     if (s < lo || s > hi) {
@@ -391,12 +391,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
 #pragma unroll
     for (int h = 0; h < kChunk / 64; ++h) {
       float os[8][4];
-      wgmma_fence();
-      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], mm::swz_desc(vt + h * kPanel));
-#pragma unroll
-      for (int j = 1; j < 4; ++j)
-        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::swz_desc(vt + h * kPanel + 16 * j * kSwzRow));
-      wgmma_commit();
+      wg_issue_pv(os, pa, vt, h);
       if (kAhead && h == 0 && s < hi) {
         wait_full(s + 1);
         issue_scores(s + 1);
