@@ -165,27 +165,6 @@ __device__ __forceinline__ void wgmma_ss32(float (&d)[16], uint64_t da, uint64_t
 #undef TF_WGMMA_SS32
 }
 
-// m64n64k16 with A and B K-major in shared memory (swizzled tiles). kAcc false: d = A B.
-template <bool kAcc = true>
-__device__ __forceinline__ void wgmma_ss64(float (&d)[32], uint64_t da, uint64_t db) {
-#define TF_WGMMA_SS64                                                                       \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10," \
-  "%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "   \
-  "%32, %33, p, 1, 1, 0, 0;\n}\n"
-#define TF_WGMMA_D32S(C)                                                         \
-  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]),  \
-  C(d[8]), C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]),  \
-  C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]),  \
-  C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
-  if constexpr (kAcc)
-    asm volatile(TF_WGMMA_SS64 : TF_WGMMA_D32S("+f") : "l"(da), "l"(db), "r"(1));
-  else
-    asm volatile(TF_WGMMA_SS64 : TF_WGMMA_D32S("=f") : "l"(da), "l"(db), "r"(0));
-#undef TF_WGMMA_D32S
-#undef TF_WGMMA_SS64
-}
-
 // m64n64k16 with A from registers (each warp's 16 rows in mma.m16n8k16's A fragment order) and B
 // in shared memory: kTransB 0 is K-major B, 1 is N-major (rows of k holding n contiguous). kAcc
 // false: d = A B, with no zeroed accumulator to set up first.
