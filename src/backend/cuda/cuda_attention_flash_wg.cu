@@ -315,7 +315,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
-  using mm::kSwzRow;
   extern __shared__ __align__(16) uint16_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [stage][K, V][2 panels][kSplit][64]
