@@ -420,8 +420,6 @@ bool flash_wg2_on() {
   return on;
 }
 
-}  // namespace
-
 // TF_CUDA_FLASH_WS: 1 takes the warp-specialized form, 2 the form whose consumers issue the next
 // split's scores between a split's two halves of V products; unset or 0, neither (not yet timed).
 int flash_ws_mode() {
@@ -431,6 +429,8 @@ int flash_ws_mode() {
   }();
   return mode;
 }
+
+}  // namespace
 
 bool flash_ws_takes(int head_dim) { return head_dim % 8 == 0 && flash_ws_mode() > 0 && flash_wg_on(); }
 
