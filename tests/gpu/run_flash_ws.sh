@@ -41,7 +41,7 @@ for rep in 1 2; do
   done
 done; el
 wait $M4
-for rep in 1 2; do
+for rep in 1; do
   for ws in $FORMS; do
     echo "4-layer prefill 4,096 TF_CUDA_FLASH_WS=$ws" >> "$R"
     TF_CUDA_FLASH_WS=$ws timeout 40 "$B"/tensorfold bench --model /dev/shm/l4 --device cuda --pp 4096 --chunk 4096 \
