@@ -281,6 +281,41 @@ TEST(AttentionPlan, WarpSpecializedBlocksPairAdjacentGroupsOfOneSequence) {
   EXPECT_EQ(sp.items, items);
 }
 
+TEST(AttentionPlan, WarpSpecializedFormTakesManyGroupsOfLongSequences) {
+  // Whether the rule takes the form for these rows (unmoved by decode_first and pairing).
+  const auto worth = [](const Rows& r, int mode) {
+    Plan pl = checked(llama(r));
+    const unsigned dec = decode_first(pl, 4);
+    return flash_ws_worth(pl, dec, r.pos.data(), r.first.data(), 8, 132, mode);
+  };
+  Rows p4096, p2048, p1024, eight512, window, late;
+  p4096.add(0, 0, 4096);
+  p2048.add(0, 0, 2048);
+  p1024.add(0, 0, 1024);
+  for (int s = 0; s < 8; ++s) eight512.add(s, 0, 512);
+  window.add(0, 0, 4096, 512);
+  late.add(0, 3072, 1024);  // a chunk of 1,024 rows after 3,072 cached keys: many keys, few blocks
+  EXPECT_TRUE(worth(p4096, -1));
+  EXPECT_TRUE(worth(p2048, -1));
+  EXPECT_FALSE(worth(p1024, -1)) << "256 blocks are under three waves of 132";
+  EXPECT_FALSE(worth(eight512, -1)) << "many blocks, but short sequences";
+  EXPECT_FALSE(worth(window, -1)) << "a window of 512 keys";
+  EXPECT_FALSE(worth(late, -1));
+  // Forced either way.
+  EXPECT_FALSE(worth(p4096, 0));
+  EXPECT_TRUE(worth(p1024, 1));
+  EXPECT_TRUE(worth(eight512, 1));
+  // The rule's edges: 1,024 keys a group on average exactly, and blocks at three waves exactly.
+  Rows edge;
+  edge.add(0, 1024 - 8 - 1584 / 2, 1584);  // 99 groups of 16: 50 blocks x 8 = 400 >= 396
+  EXPECT_TRUE(worth(edge, -1));
+  Rows fewer_keys, fewer_blocks;
+  fewer_keys.add(0, 1024 - 8 - 1584 / 2 - 1, 1584);  // 1,023 keys a group on average
+  fewer_blocks.add(0, 4096, 1552);                    // 97 groups: 49 blocks x 8 = 392
+  EXPECT_FALSE(worth(fewer_keys, -1));
+  EXPECT_FALSE(worth(fewer_blocks, -1));
+}
+
 TEST(AttentionPlan, GroupsFollowTheHeadsABlockTakes) {
   Rows r;
   r.add(0, 0, 100);

@@ -160,6 +160,23 @@ inline unsigned decode_first(Plan& pl, int hpb) {
   return static_cast<unsigned>(dec.size() / 2);
 }
 
+// Whether the whole flash groups from `from` take the warp-specialized form: where their blocks
+// (two groups each, times yblocks) fill three waves of `sms` and the last rows of the groups see
+// 1,024 keys or more on average; shorter or fewer groups keep the one-block-a-group forms, which
+// were as fast there. mode: -1 that rule, 0 never, 1 always (the contract's forced form).
+inline bool flash_ws_worth(const Plan& pl, unsigned from, const int32_t* pos, const int32_t* first,
+                           int yblocks, int sms, int mode) {
+  if (mode >= 0 || pl.n_flash <= from) return mode > 0 && pl.n_flash > from;
+  const int64_t groups = pl.n_flash - from;
+  if ((groups + 1) / 2 * yblocks < 3 * static_cast<int64_t>(sms)) return false;
+  int64_t keys = 0;
+  for (unsigned i = from; i < pl.n_flash; ++i) {
+    const int32_t last = pl.grp[static_cast<size_t>(pl.items[2 * i]) + 1] - 1;
+    keys += pos[last] - first[last] + 1;
+  }
+  return keys >= 1024 * groups;
+}
+
 // For the warp-specialized flash form, which stages each split once for two items: rewrites the
 // flash items from `from` to n_flash in place as one (g, g2) entry a block, g2 -1 for none, pairing
 // consecutive items whose groups are adjacent rows of one sequence with contiguous positions (so

@@ -481,9 +481,11 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
                             matmul_input() == MatmulInput::BF16 ? attn_whole_splits() : 0, attn_fold_on()});
   const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
   // bf16 mode's warp-specialized form takes the whole groups two a block where they pair.
-  const unsigned n_ws = matmul_input() == MatmulInput::BF16 && pl.n_flash > n_dec && flash_ws_takes(hd)
-                            ? pair_flash_items(pl, n_dec, pos.data(), rows.seq.data())
-                            : 0;
+  const unsigned n_ws =
+      matmul_input() == MatmulInput::BF16 && flash_ws_takes(hd) &&
+              flash_ws_worth(pl, n_dec, pos.data(), first.data(), yblocks, sms, flash_ws_mode())
+          ? pair_flash_items(pl, n_dec, pos.data(), rows.seq.data())
+          : 0;
   const std::vector<int32_t>&grp = pl.grp, &items = pl.items, &part_off = pl.part_off, &brows = pl.brows;
   const int64_t slots = pl.slots;
   // One metadata upload: pos, first, page offsets, partial offsets, groups, items, split rows,

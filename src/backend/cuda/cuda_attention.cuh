@@ -347,9 +347,11 @@ __device__ __forceinline__ int64_t part_slot(const Args& a, int row, int head, i
 constexpr bool flash_takes(int head_dim) { return head_dim % 4 == 0 && head_dim <= kChunk; }
 void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 
-// The warp-specialized wgmma form (bf16 mode on sm_90a, head dims a multiple of 8,
-// TF_CUDA_FLASH_WS 1 or 2): a block takes items (g, g2) of items[2b], items[2b + 1], two whole
-// groups of one sequence with contiguous keys, g2 -1 for none (pair_flash_items makes the list).
+// The warp-specialized wgmma form (bf16 mode on sm_90a, head dims a multiple of 8, where
+// flash_ws_worth says so under flash_ws_mode): a block takes items (g, g2) of items[2b],
+// items[2b + 1], two whole groups of one sequence with contiguous keys, g2 -1 for none
+// (pair_flash_items makes the list).
+int flash_ws_mode();
 bool flash_ws_takes(int head_dim);
 void launch_flash_ws(const Args& a, unsigned n_blocks, unsigned yblocks);
 // Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode

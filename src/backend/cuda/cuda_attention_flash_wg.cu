@@ -310,7 +310,6 @@ constexpr size_t kFlashWsSmem = static_cast<size_t>(kWsStages) * 2 * kTile * siz
                                 static_cast<size_t>(kWsStages) * kSplit * sizeof(int64_t) +
                                 2 * kWsStages * sizeof(uint64_t) + 1024;
 
-template <bool kAhead>
 __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
@@ -331,9 +330,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
   }
   __syncthreads();
   if (wg == 0) {
-    // kAhead's consumers hold the next split's scores while they fold: 240 registers, so 24 here.
-    if constexpr (kAhead) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     // The union of both items' keys: each is in one of their ranges, so written.
     const int32_t lo = min(ia.lo, ib.lo), hi = max(ia.hi, ib.hi);
     for (int s = S0; s <= S1; ++s) {
@@ -353,8 +350,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
     mbar_arrive(full((S1 - S0) % kWsStages));
     return;
   }
-  if constexpr (kAhead) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-  else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int g = wg == 1 ? ga : gb;
   const Item it = wg == 1 ? ia : ib;
   const int warp = t / 32, lane = t % 32, gq = lane >> 2, tq = lane & 3, steps = a.hd_pad / 16;
@@ -377,27 +373,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) flash_ws_kernel(Args a) {
       mbar_arrive(empty(stage_of(s)));
       continue;
     }
-    if (s == lo || !kAhead) {
-      wait_full(s);
-      issue_scores(s);
-    }
+    wait_full(s);
+    issue_scores(s);
     wgmma_wait<0>();
     const uint16_t* vt = tiles + 2 * stage_of(s) * kTile + kTile;
     uint32_t pa[4][4];
     const SplitJoin jn = flash_softmax<false, true, true>(a, it, f, sc, warp, gq, tq, s, false, pa);
-    // kAhead: split s + 1's scores go out between the two halves' V products, so the tensor cores
-    // run them while the first half folds.
 #pragma unroll
     for (int h = 0; h < kChunk / 64; ++h) {
       float os[8][4];
       wg_issue_pv(os, pa, vt, h);
-      if (kAhead && h == 0 && s < hi) {
-        wait_full(s + 1);
-        issue_scores(s + 1);
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
-      }
+      wgmma_wait<0>();
       flash_take<8>(a, it, jn, o, os, 8 * h, 8 * h, warp, gq, tq, s, false);
     }
     mbar_arrive(empty(stage_of(s)));
@@ -420,27 +406,23 @@ bool flash_wg2_on() {
   return on;
 }
 
-// TF_CUDA_FLASH_WS: 1 takes the warp-specialized form, 2 the form whose consumers issue the next
-// split's scores between a split's two halves of V products; unset or 0, neither (not yet timed).
+}  // namespace
+
+// TF_CUDA_FLASH_WS: 0 never takes the warp-specialized form, 1 takes it wherever it can (the
+// contract's forced form); unset, flash_ws_worth's rule.
 int flash_ws_mode() {
   static const int mode = [] {
     const char* e = std::getenv("TF_CUDA_FLASH_WS");
-    return e && (e[0] == '1' || e[0] == '2') && e[1] == 0 ? e[0] - '0' : 0;
+    return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
   }();
   return mode;
 }
 
-}  // namespace
-
-bool flash_ws_takes(int head_dim) { return head_dim % 8 == 0 && flash_ws_mode() > 0 && flash_wg_on(); }
+bool flash_ws_takes(int head_dim) { return head_dim % 8 == 0 && flash_ws_mode() != 0 && flash_wg_on(); }
 
 void launch_flash_ws(const Args& a, unsigned n_blocks, unsigned yblocks) {
-  static std::atomic<bool> ready{false}, ready_ahead{false};
-  const bool ahead = flash_ws_mode() == 2;
-  if (ahead)
-    launch_attention_kernel(flash_ws_kernel<true>, ready_ahead, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
-  else
-    launch_attention_kernel(flash_ws_kernel<false>, ready, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
+  static std::atomic<bool> ready{false};
+  launch_attention_kernel(flash_ws_kernel, ready, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
 }
 
 bool launch_flash_wg(const Args& a, unsigned n_items, unsigned yblocks) {
