@@ -40,7 +40,7 @@ ARMS=("rule|TF_CUDA_FLASH_WS=|$B/tensorfold|" "off|TF_CUDA_FLASH_WS=0|$B/tensorf
 OUT=$OUT bash tests/gpu/run_ab.sh llama3.1-8b "${BENCHES:---pp 4096 --chunk 4096 --tg 2 --batch 1 --matmul-input bf16 --reps 2;--pp 2048 --chunk 2048 --tg 2 --batch 1 --matmul-input bf16 --reps 2;--pp 512 --tg 2 --batch 8 --matmul-input bf16 --reps 2}" \
   "${ARMS[@]}" "${ARMS[@]}" > /dev/null
 python3 tests/gpu/abparse.py "$OUT/ab_llama3.1-8b.txt" >> "$R" 2>&1; el
-for ws in "" 1; do
+for ws in 1 ""; do
   [ $(($(date +%s) - T0)) -gt ${GOLDEN_BY:-300} ] && { echo "golden TF_CUDA_FLASH_WS=$ws skipped: out of time" >> "$R"; continue; }
   echo "golden TF_CUDA_FLASH_WS=$ws: $(TF_CUDA_FLASH_WS=$ws MATMUL_INPUT=bf16 timeout 120 python3 tests/gpu/golden_gpu.py "$B"/tensorfold 2>&1 | tail -1)" >> "$R"
 done; el
