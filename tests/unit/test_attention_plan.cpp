@@ -282,7 +282,7 @@ TEST(AttentionPlan, WarpSpecializedBlocksPairAdjacentGroupsOfOneSequence) {
 }
 
 TEST(AttentionPlan, WarpSpecializedFormTakesManyGroupsOfLongSequences) {
-  // Whether the rule takes the form for these rows (unmoved by decode_first and pairing).
+  // Whether the form takes these rows' flash groups, after decode_first as in the backend.
   const auto worth = [](const Rows& r, int mode) {
     Plan pl = checked(llama(r));
     const unsigned dec = decode_first(pl, 4);
@@ -305,7 +305,7 @@ TEST(AttentionPlan, WarpSpecializedFormTakesManyGroupsOfLongSequences) {
   EXPECT_FALSE(worth(p4096, 0));
   EXPECT_TRUE(worth(p1024, 1));
   EXPECT_TRUE(worth(eight512, 1));
-  // The rule's edges: 1,024 keys a group on average exactly, and blocks at three waves exactly.
+  // The rule's edges: 1,024 keys a group on average against 1,023, and 400 blocks against 392.
   Rows edge;
   edge.add(0, 1024 - 8 - 1584 / 2, 1584);  // 99 groups of 16: 50 blocks x 8 = 400 >= 396
   EXPECT_TRUE(worth(edge, -1));
