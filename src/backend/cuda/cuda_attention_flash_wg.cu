@@ -2,7 +2,6 @@
 // swizzled tiles, one warpgroup a block or two sharing a block's pairs; every float operation is
 // flash_bf16_kernel's (cuda_attention_flash.cu), so the bits are the same.
 #include <atomic>
-#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_attention_flash.cuh"
@@ -411,10 +410,7 @@ bool flash_wg2_on() {
 // TF_CUDA_FLASH_WS: 0 never takes the warp-specialized form, 1 takes it wherever it can (the
 // contract's forced form); unset, flash_ws_worth's rule.
 int flash_ws_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("TF_CUDA_FLASH_WS");
-    return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
-  }();
+  static const int mode = env_switch("TF_CUDA_FLASH_WS");
   return mode;
 }
 

@@ -137,10 +137,7 @@ constexpr int kTileE = kTiles;
 // Whether M x N takes tile d rather than a (wg_tile_rule.h; TF_CUDA_WG_WIDE=0|1: never or always,
 // for side-by-side timing).
 bool wide_tile(int64_t M, int64_t N) {
-  static const int forced = [] {
-    const char* e = std::getenv("TF_CUDA_WG_WIDE");
-    return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
-  }();
+  static const int forced = env_switch("TF_CUDA_WG_WIDE");
   if (forced >= 0) return forced == 1;
   return wide_tile_pays(M, N, kTargetBlocks / 4);
 }
@@ -186,10 +183,7 @@ void launch_tile(int cfg, const uint16_t* hi, const uint16_t* lo, int64_t Kp, co
 // tiles' totals in registers) and 128 x 256 blocks enough for a quarter of the target
 // (TF_CUDA_WG_WS=0|1: never, or wherever it can, for side-by-side timing).
 bool ws_takes(int64_t M, int64_t N, int slices) {
-  static const int forced = [] {
-    const char* e = std::getenv("TF_CUDA_WG_WS");
-    return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
-  }();
+  static const int forced = env_switch("TF_CUDA_WG_WS");
   if (forced >= 0) return forced == 1;
   const int64_t blocks = (M + kWsRows - 1) / kWsRows * ((N + kWsCols - 1) / kWsCols);
   return slices == 1 && blocks >= kTargetBlocks / 4;

@@ -30,6 +30,13 @@ inline bool env_zero(const char* name) {
   return e && e[0] == '0' && e[1] == 0;
 }
 
+// A form's switch: 0 or 1 where the environment variable reads exactly "0" or "1" (never, or
+// wherever it can), else -1 (the form's own rule).
+inline int env_switch(const char* name) {
+  const char* e = std::getenv(name);
+  return e && (e[0] == '0' || e[0] == '1') && e[1] == 0 ? e[0] - '0' : -1;
+}
+
 // The stream every kernel and async copy of the backend goes on, made on first use: one in-order
 // stream, but not the legacy default one, so that a round can be captured as a graph. It blocks
 // with the legacy stream, so synchronous copies still see every earlier kernel.
