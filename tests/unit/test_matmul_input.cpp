@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 
 #include "cpu_test_gates.h"
@@ -103,6 +104,59 @@ TEST(MatmulInput, MatmulManyFollowsIt) {
   }
 }
 
+// In bf16 mode a norm or act_mul may leave its output's bf16 plane for the next matmul: that matmul
+// gives the bits it gives on the same values uploaded fresh, and never a plane that a later write to
+// the tensor (an upload, a kernel, another norm's plane) has made stale.
+TEST(MatmulInput, PlanesLeftByTheWriterGiveTheBitsOfAFreshTensor) {
+  auto be = device_backend();
+  std::mt19937 rng(11);
+  const int64_t K = 1024, N = 384;
+  HostWeight hw = make_weight(DType::BF16, N, K, rng), hg = make_weight(DType::F32, 1, K, rng, true);
+  auto w = be->load_weight(hw.view), g = be->load_weight(hg.view);
+  be->set_matmul_input(MatmulInput::BF16);
+  for (int64_t M : {5, 12, 40, 130}) {
+    Tensor x = upload(*be, random_floats(rng, static_cast<size_t>(M * K)), M, K);
+    Tensor a = upload(*be, random_floats(rng, static_cast<size_t>(M * K)), M, K);
+    Tensor u = upload(*be, random_floats(rng, static_cast<size_t>(M * K)), M, K);
+    Tensor h = poisoned(*be, M, K), h2 = poisoned(*be, M, K);
+    const auto later = random_floats(rng, static_cast<size_t>(M * K));
+    // write() writes t; then the matmuls of t (two in one matmul_many call) give the bits of t's
+    // values uploaded fresh. Their outputs are made first: an upload is a write too.
+    auto run = [&](const Tensor& t, const std::string& what, const std::function<void()>& write) {
+      Tensor y1 = poisoned(*be, M, N), y2 = poisoned(*be, M, N), yf = poisoned(*be, M, N);
+      write();
+      be->matmul_many(t, {{w.get(), nullptr, y1}, {w.get(), nullptr, y2}});
+      Tensor fresh = upload(*be, host(*be, t), M, K);
+      be->matmul(fresh, *w, nullptr, yf);
+      const auto want = host(*be, yf);
+      const std::string m = "M=" + std::to_string(M) + " " + what + " on " + be->name();
+      EXPECT_TRUE(same_bits(host(*be, y1).data(), want.data(), M * N)) << m;
+      EXPECT_TRUE(same_bits(host(*be, y2).data(), want.data(), M * N)) << m << " (second output)";
+      for (Tensor* v : {&y1, &y2, &yf, &fresh}) be->free(*v);
+    };
+    run(h, "after rmsnorm", [&] { be->rmsnorm(x, *g, 1e-5f, false, h); });
+    run(h, "after add_rmsnorm", [&] { be->add_rmsnorm(x, a, *g, 1e-5f, true, h); });
+    run(h, "after act_mul", [&] { be->act_mul(Act::SiLU, x, u, h); });
+    run(h, "after an upload over the norm's output", [&] {
+      be->rmsnorm(x, *g, 1e-5f, false, h);
+      be->from_host(later.data(), h);
+    });
+    run(h, "after an add over the norm's output", [&] {
+      be->rmsnorm(x, *g, 1e-5f, false, h);
+      be->add(h, a);
+    });
+    run(h, "after another norm's plane", [&] {
+      be->rmsnorm(x, *g, 1e-5f, false, h);
+      be->rmsnorm(a, *g, 1e-5f, false, h2);
+    });
+    run(h2, "the other norm's output, after a copy over it", [&] {
+      be->rmsnorm(a, *g, 1e-5f, false, h2);
+      be->copy(h, h2);
+    });
+    for (Tensor* v : {&x, &a, &u, &h, &h2}) be->free(*v);
+  }
+  be->set_matmul_input(MatmulInput::F32);
+}
 
 // Attention in bf16 mode: the order rule's splits of 64 keys with q, k, v and the weights rounded
 // to bf16, here in double beside an independent walk; rows 0..L-1 of one sequence.

@@ -87,6 +87,7 @@ namespace {
 void* device_zeroed(uint64_t bytes, const char* what) {
   void* p = nullptr;
   TF_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(bytes, 1)), what, ": allocating ", bytes, " bytes");
+  note_write();
   const cudaError_t e = cudaMemset(p, 0, std::max<uint64_t>(bytes, 1));
   if (e != cudaSuccess) {
     cudaFree(p);
@@ -244,6 +245,7 @@ void CudaBackend::from_host(const float* src, Tensor dst) {
 }
 
 void CudaBackend::upload_bytes(void* dst, const void* src, uint64_t n) {
+  note_write();
   graph_refuse();
   if (n == 0) return;
   const WaitScope wait(*this);

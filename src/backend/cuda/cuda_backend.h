@@ -186,6 +186,19 @@ class CudaBackend : public Backend {
     int64_t rows = 0, cols = 0, kp = 0;
     uint16_t* hi = nullptr;  // its planes, once split
   } split_once;
+  // A bf16 plane [rows][cols] of x that the op writing x also wrote into kSlotSplitX (bf16 mode),
+  // good while nothing has launched or written since: split_x takes it instead of splitting x.
+  struct ReadyPlane {
+    const float* x = nullptr;
+    int64_t rows = 0, cols = 0;
+    uint16_t* hi = nullptr;
+    uint64_t at = 0;  // launch_count() just after the writer's launch
+  } ready_plane;
+  // Where the op about to write y also writes y's plane, or null: bf16 mode, rows that a matmul
+  // splits, cols a multiple of 32 (a plane row without padding), TF_CUDA_PLANES not 0.
+  uint16_t* plane_for(const Tensor& y);
+  // Notes that the launch just made wrote y's plane at hi (a no-op for null hi).
+  void plane_written(const Tensor& y, uint16_t* hi);
 
   // Device scratch of at least n bytes for one op's metadata; the next op reuses it, which
   // the single in-order stream makes safe.

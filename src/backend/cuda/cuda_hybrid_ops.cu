@@ -183,6 +183,7 @@ void CudaBackend::copy(const Tensor& src, Tensor dst) {
   const auto* s = reinterpret_cast<const uint8_t*>(src.data);
   const auto* d = reinterpret_cast<const uint8_t*>(dst.data);
   TF_CHECK(s + bytes <= d || d + bytes <= s, "copy: src and dst overlap in part");
+  note_write();
   TF_CUDA_CHECK(cudaMemcpy(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice), "copy [", src.rows,
                 " x ", src.cols, "]");
 }

@@ -44,6 +44,17 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K
 
 }  // namespace mm
 
+uint16_t* CudaBackend::plane_for(const Tensor& y) {
+  static const bool off = env_zero("TF_CUDA_PLANES");
+  if (off || mm::x_lo(*this) || y.rows <= 8 || y.cols % 32 != 0 || reinterpret_cast<uintptr_t>(y.data) % 16 != 0)
+    return nullptr;
+  return static_cast<uint16_t*>(buffer(kSlotSplitX, static_cast<uint64_t>(y.rows * y.cols) * sizeof(uint16_t)));
+}
+
+void CudaBackend::plane_written(const Tensor& y, uint16_t* hi) {
+  ready_plane = hi ? ReadyPlane{y.data, y.rows, y.cols, hi, launch_count()} : ReadyPlane{};
+}
+
 namespace {
 
 using namespace mm;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_util.cuh"
 
@@ -39,20 +40,28 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
+// The bf16 bits of four values at p (8-byte aligned), as split_x_kernel rounds them.
+__device__ __forceinline__ void store_plane4(uint16_t* p, float4 v) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(mm::pack2(mm::bf16_bits(v.x), mm::bf16_bits(v.y)),
+                                            mm::pack2(mm::bf16_bits(v.z), mm::bf16_bits(v.w)));
+}
+
 // Order (depends on n only): chunk i/4 to thread (i/4) % 256, which adds squares in increasing i;
 // then warp_sum's butterfly, then warps 0..7 in order; float4 or scalar loads give the same bits.
 // kAdd: each element of x first becomes x + a (as add computes it) and is stored back; the
 // barrier before the normalization makes the stores visible to the threads that read them.
+// hi (n a multiple of 32): y's bf16 plane [rows][n] as well, for the next matmul.
 template <bool kAdd>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(float* x, const float* a, const float* g, float eps, bool add_one, int64_t n,
-                   float* y) {
+                   float* y, uint16_t* hi) {
   grid_wait();
   grid_launch_next();
   __shared__ float warp_sums[kNormThreads / 32];
   float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   const float* ar = kAdd ? a + static_cast<int64_t>(blockIdx.x) * n : nullptr;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  uint16_t* hr = hi ? hi + static_cast<int64_t>(blockIdx.x) * n : nullptr;
   const int t = threadIdx.x;
   const int64_t nc = n / 4;
   const bool vec = ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr) |
@@ -108,13 +117,24 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int k = 0; k < kNormCache; ++k) {
       const int64_t c = t + static_cast<int64_t>(k) * kNormThreads;
-      if (c < nc) y4[c] = norm4(xv[k], gv[k], inv, add_one);
+      if (c < nc) {
+        const float4 v = norm4(xv[k], gv[k], inv, add_one);
+        y4[c] = v;
+        if (hr) store_plane4(hr + 4 * c, v);
+      }
     }
-    for (int64_t c = t + static_cast<int64_t>(kNormCache) * kNormThreads; c < nc; c += kNormThreads)
-      y4[c] = norm4(x4[c], g4[c], inv, add_one);
+    for (int64_t c = t + static_cast<int64_t>(kNormCache) * kNormThreads; c < nc; c += kNormThreads) {
+      const float4 v = norm4(x4[c], g4[c], inv, add_one);
+      y4[c] = v;
+      if (hr) store_plane4(hr + 4 * c, v);
+    }
     for (int64_t i = 4 * nc + t; i < n; i += kNormThreads) yr[i] = norm_elem(xr[i], g[i], inv, add_one);
   } else {
-    for (int64_t i = t; i < n; i += kNormThreads) yr[i] = norm_elem(xr[i], g[i], inv, add_one);
+    for (int64_t i = t; i < n; i += kNormThreads) {
+      const float v = norm_elem(xr[i], g[i], inv, add_one);
+      yr[i] = v;
+      if (hr) hr[i] = mm::bf16_bits(v);
+    }
   }
 }
 
@@ -161,15 +181,18 @@ __global__ void act_mul_kernel(int act, const float* gate, const float* up, floa
 }
 
 // The float4 forms do each element's arithmetic exactly as the scalar ones.
+// hi: out's bf16 plane as well (rows a multiple of 32 long, so the plane is out's layout).
 __global__ void act_mul4_kernel(int act, const float4* gate, const float4* up, float4* out,
-                                int64_t n4) {
+                                int64_t n4, uint16_t* hi) {
   grid_wait();
   grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n4) return;
   const float4 g = gate[i], u = up[i];
-  out[i] = make_float4(act_value(act, g.x) * u.x, act_value(act, g.y) * u.y,
-                       act_value(act, g.z) * u.z, act_value(act, g.w) * u.w);
+  const float4 v = make_float4(act_value(act, g.x) * u.x, act_value(act, g.y) * u.y,
+                               act_value(act, g.z) * u.z, act_value(act, g.w) * u.w);
+  out[i] = v;
+  if (hi) store_plane4(hi + 4 * i, v);
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
@@ -274,8 +297,10 @@ void CudaBackend::rmsnorm(const Tensor& x, const Weight& gw, float eps, bool add
            "] into y [", y.rows, " x ", y.cols, "]");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "rmsnorm: ", x.rows, " rows");
+  uint16_t* hi = plane_for(y);
   launch_kernel(rmsnorm_kernel<false>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data,
-                nullptr, g.f32, eps, add_one, x.cols, y.data);
+                nullptr, g.f32, eps, add_one, x.cols, y.data, hi);
+  plane_written(y, hi);
   check_launch("rmsnorm");
 }
 
@@ -293,8 +318,10 @@ void CudaBackend::add_rmsnorm(Tensor x, const Tensor& a, const Weight& gw, float
   TF_CHECK(y.data != x.data && y.data != a.data, "add_rmsnorm: y must not alias x or a");
   if (x.rows == 0) return;
   TF_CHECK(x.rows <= 0x7fffffff, "add_rmsnorm: ", x.rows, " rows");
+  uint16_t* hi = plane_for(y);
   launch_kernel(rmsnorm_kernel<true>, static_cast<unsigned>(x.rows), kNormThreads, 0, x.data,
-                a.data, g.f32, eps, add_one, x.cols, y.data);
+                a.data, g.f32, eps, add_one, x.cols, y.data, hi);
+  plane_written(y, hi);
   check_launch("add_rmsnorm");
 }
 
@@ -360,13 +387,17 @@ void CudaBackend::act_mul(Act act, const Tensor& gate, const Tensor& up, Tensor 
   const int64_t n = gate.rows * gate.cols;
   if (n == 0) return;
   const int a = act_code(act);
-  if (vec4(n, {gate.data, up.data, out.data}))
+  uint16_t* hi = nullptr;
+  if (vec4(n, {gate.data, up.data, out.data})) {
+    hi = plane_for(out);
     launch_kernel(act_mul4_kernel, grid_for(n / 4, 256), 256, 0, a,
                   reinterpret_cast<const float4*>(gate.data),
                   reinterpret_cast<const float4*>(up.data), reinterpret_cast<float4*>(out.data),
-                  n / 4);
-  else
+                  n / 4, hi);
+  } else {
     launch_kernel(act_mul_kernel, grid_for(n, 256), 256, 0, a, gate.data, up.data, out.data, n);
+  }
+  plane_written(out, hi);
   check_launch("act_mul");
 }
 

@@ -98,6 +98,9 @@ void launch_logged(LaunchLog& log, void (*kernel)(P...), const cudaLaunchConfig_
 // so a caller can tell whether a launch it noted is still the last one on the stream.
 inline std::atomic<uint64_t> g_launches{0};
 inline uint64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
+// A write to device memory outside a launch (a copy, an upload, a memset) counts as one, so that a
+// launch_count() noted before it no longer matches.
+inline void note_write() { g_launches.fetch_add(1, std::memory_order_relaxed); }
 
 // Launches kernel on the backend's stream, overlapping the kernel before it when `overlap` and
 // pdl_on(); errors surface through check_launch like a <<<>>> launch's.
