@@ -5,7 +5,7 @@
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_planes.sh", carry=[".gpubin"])
 # Writes $OUT/planes.txt: the contract in bf16 (plain, poisoned) and at f32, the MatmulInput tests on
 # the card (where packed), prefill of 4,096 and decode rounds of 16 and 64 rows side by side with the planes off,
-# golden in bf16 where time is left.
+# golden in bf16 and same_bits.py at 64 lanes (against the planes off) where time is left.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 B=${BIN_DIR:-.gpubin}
@@ -34,8 +34,16 @@ ARMS=("planes|TF_CUDA_PLANES=|$B/tensorfold|" "off|TF_CUDA_PLANES=0|$B/tensorfol
 OUT=$OUT bash tests/gpu/run_ab.sh llama3.1-8b "${BENCHES:---pp 4096 --chunk 4096 --tg 2 --batch 1 --matmul-input bf16 --reps 2;--pp 512 --tg 64 --batch 64 --matmul-input bf16 --reps 2;--pp 64 --tg 64 --batch 16 --matmul-input bf16 --reps 2}" \
   "${ARMS[@]}" "${ARMS[@]}" > /dev/null
 python3 tests/gpu/abparse.py "$OUT/ab_llama3.1-8b.txt" >> "$R" 2>&1; el
-for pl in "" 0; do
-  [ $(($(date +%s) - T0)) -gt ${GOLDEN_BY:-420} ] && { echo "golden TF_CUDA_PLANES=$pl skipped: out of time" >> "$R"; continue; }
-  echo "golden bf16 TF_CUDA_PLANES=$pl: $(TF_CUDA_PLANES=$pl MATMUL_INPUT=bf16 timeout 90 python3 tests/gpu/golden_gpu.py "$B"/tensorfold 2>&1 | tail -1)" >> "$R"
-done; el
+[ $(($(date +%s) - T0)) -gt ${GOLDEN_BY:-420} ] && echo "golden skipped: out of time" >> "$R" ||
+  echo "golden bf16: $(MATMUL_INPUT=bf16 timeout 90 python3 tests/gpu/golden_gpu.py "$B"/tensorfold 2>&1 | tail -1)" >> "$R"
+el
+# Concurrent against alone (rounds of up to 64 rows read the planes, a lone row none), and against off.
+if [ $(($(date +%s) - T0)) -lt ${SAME_BY:-440} ]; then
+  [ -d /dev/shm/l4 ] || python3 scripts/make_random_model.py --shape llama3.1-8b --layers 4 --out /dev/shm/l4 > /dev/null 2>&1
+  printf '#!/bin/sh\nTF_CUDA_PLANES=0 exec %s "$@"\n' "$PWD/$B/tensorfold" > /tmp/tf_planes_off; chmod +x /tmp/tf_planes_off
+  echo "same_bits: $(TF_ARGS="--matmul-input bf16 --parallel 64" timeout 150 python3 tests/gpu/same_bits.py /dev/shm/l4 "$B"/tensorfold /tmp/tf_planes_off --requests 40 2>&1 | tail -1)" >> "$R"
+else
+  echo "same_bits skipped: out of time" >> "$R"
+fi
+el
 cat "$R"

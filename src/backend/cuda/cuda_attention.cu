@@ -285,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(AttnArgs a) {
       float* orow = a.out + static_cast<int64_t>(r0 + p / a.hpb) * a.ldq +
                     static_cast<int64_t>(h0 + p % a.hpb) * hd;
       const int d = 8 * nt + 2 * tq;
-      if (d < hd) orow[d] = __fadd_rn(__fdiv_rn(acc[j][2 * h], lp), 0.0f);
-      if (d + 1 < hd) orow[d + 1] = __fadd_rn(__fdiv_rn(acc[j][2 * h + 1], lp), 0.0f);
+      store_out2(a, orow, d, __fadd_rn(__fdiv_rn(acc[j][2 * h], lp), 0.0f),
+                 __fadd_rn(__fdiv_rn(acc[j][2 * h + 1], lp), 0.0f));
     }
   }
 }
@@ -310,7 +310,9 @@ __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
       acc = fold(acc, fa, a.part_acc[slot * hd + d], fb);
       m = mn;
     }
-    orow[d] = __fadd_rn(__fdiv_rn(acc, l), 0.0f);
+    const float v = __fadd_rn(__fdiv_rn(acc, l), 0.0f);
+    orow[d] = v;
+    if (a.out_hi) a.out_hi[orow - a.out + d] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
 }
 
@@ -512,7 +514,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
              d_meta + at[1], d_meta + at[2], d_meta + at[3], d_meta + at[4], d_meta + at[5],
              d_meta + at[7], d_meta + at[8], part_ml, part_acc, kv.page_size, kv.kv_heads * kv.head_dim,
              p.n_heads, group, hd, hd_pad, q_stride_for(hd_pad), hpb, width, p.scale, p.softcap,
-             pl.chunk, matmul_input() == MatmulInput::F32};
+             pl.chunk, matmul_input() == MatmulInput::F32, plane_for(out)};
   // The flash kernel's groups come first in items, then the tile kernel's.
   const unsigned n_flash = pl.n_flash, n_items = static_cast<unsigned>(items.size() / 2) - n_flash;
   const auto yb = static_cast<unsigned>(yblocks);
@@ -551,6 +553,7 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
                   0, a, d_meta + at[6]);
     check_launch("attention merge");
   }
+  plane_written(out, a.out_hi);
 }
 
 }  // namespace tf::cuda

@@ -41,11 +41,27 @@ struct Args {
   float scale, softcap;
   int chunk;  // flash blocks of split-mode groups: consecutive splits a block walks
   bool lo;    // products in 3xTF32 (f32 inputs whole); false: inputs rounded to bf16, one product
+  uint16_t* out_hi = nullptr;  // out's bf16 plane as well, in out's layout (null: none)
 };
 
 // The rule's exp: 2^(x log2 e) by one multiply and the special-function unit, far cheaper than
 // expf; every form calls it, so a row's bits still never depend on the form or the batch.
 __device__ __forceinline__ float attn_exp(float x) { return exp_sfu(x); }
+
+// Output dims d and d + 1 of the row at orow (those past head_dim dropped), and their bf16 bits in
+// the plane where the launch leaves one.
+__device__ __forceinline__ void store_out2(const Args& a, float* orow, int d, float v0, float v1) {
+  if (d < a.head_dim) orow[d] = v0;
+  if (d + 1 < a.head_dim) orow[d + 1] = v1;
+  if (!a.out_hi) return;
+  uint16_t* hrow = a.out_hi + (orow - a.out);
+  const uint16_t h0 = __bfloat16_as_ushort(__float2bfloat16_rn(v0));
+  const uint16_t h1 = __bfloat16_as_ushort(__float2bfloat16_rn(v1));
+  if (d + 1 < a.head_dim && (a.head_dim & 1) == 0)
+    *reinterpret_cast<uint32_t*>(hrow + d) = static_cast<uint32_t>(h0) | (static_cast<uint32_t>(h1) << 16);
+  else if (d < a.head_dim)
+    hrow[d] = h0;
+}
 
 // The fold of one split into the running state; the merge kernel runs the same operations.
 __device__ __forceinline__ float fold(float acc, float a, float acc_s, float b) {

@@ -287,8 +287,8 @@ __device__ __forceinline__ void dec_write_out(const Args& a, const Dec& d, const
 #pragma unroll
     for (int jt = 0; jt < ND; ++jt) {
       const int dd = 8 * (ND * d.warp + jt) + 2 * d.tq;
-      if (dd < d.hd) orow[dd] = __fadd_rn(__fdiv_rn(acc[jt][2 * h], lp), 0.0f);
-      if (dd + 1 < d.hd) orow[dd + 1] = __fadd_rn(__fdiv_rn(acc[jt][2 * h + 1], lp), 0.0f);
+      store_out2(a, orow, dd, __fadd_rn(__fdiv_rn(acc[jt][2 * h], lp), 0.0f),
+                 __fadd_rn(__fdiv_rn(acc[jt][2 * h + 1], lp), 0.0f));
     }
   }
 }

@@ -147,8 +147,8 @@ __device__ __forceinline__ void flash_out(const Args& a, const Item& it, const F
 #pragma unroll
     for (int t = 0; t < NO; ++t) {
       const int d = 8 * (d0 + t) + 2 * tq;
-      if (d < a.head_dim) orow[d] = __fadd_rn(__fdiv_rn(o[t][2 * h], f.l[h]), 0.0f);
-      if (d + 1 < a.head_dim) orow[d + 1] = __fadd_rn(__fdiv_rn(o[t][2 * h + 1], f.l[h]), 0.0f);
+      store_out2(a, orow, d, __fadd_rn(__fdiv_rn(o[t][2 * h], f.l[h]), 0.0f),
+                 __fadd_rn(__fdiv_rn(o[t][2 * h + 1], f.l[h]), 0.0f));
     }
   }
 }
