@@ -7,16 +7,8 @@
 # attention bench forced on and off; prefill side by side, the rule against off, at lengths either
 # side of the rule's edge and eight prompts of 512 in one round; golden in bf16 under the rule and
 # forced, where time is left.
-set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-B=${BIN_DIR:-.gpubin}
-R=$OUT/flash_ws.txt
-T0=$(date +%s)
-el() { echo "t=$(($(date +%s) - T0))s" >> "$R"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R"
-[ -f /dev/shm/llama3.1-8b/config.json ] ||
-  python3 scripts/make_random_model.py --shape llama3.1-8b --out /dev/shm/llama3.1-8b > /dev/null 2>&1 &
-M32=$!
+REPORT=flash_ws.txt
+source "$(dirname "$0")/call_start.sh"
 i=0; P=()
 for form in "TF_CUDA_FLASH_WS=1" "TF_CUDA_FLASH_WS=1 TF_CUDA_POISON_SHARED=1" "TF_CUDA_FLASH_WS=1 TF_CUDA_ATTN_HPB=1" \
             "TF_CUDA_FLASH_WS=0" "TF_CUDA_POISON_SHARED=1"; do

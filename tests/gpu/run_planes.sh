@@ -6,16 +6,8 @@
 # Writes $OUT/planes.txt: the contract in bf16 (plain, poisoned) and at f32, the MatmulInput tests on
 # the card (where packed), prefill of 4,096 and decode rounds of 16 and 64 rows side by side with the planes off,
 # golden in bf16 and same_bits.py at 64 lanes (against the planes off) where time is left.
-set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-B=${BIN_DIR:-.gpubin}
-R=$OUT/planes.txt
-T0=$(date +%s)
-el() { echo "t=$(($(date +%s) - T0))s" >> "$R"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R"
-[ -f /dev/shm/llama3.1-8b/config.json ] ||
-  python3 scripts/make_random_model.py --shape llama3.1-8b --out /dev/shm/llama3.1-8b > /dev/null 2>&1 &
-M32=$!
+REPORT=planes.txt
+source "$(dirname "$0")/call_start.sh"
 i=0; P=()
 for form in "MI=bf16" "MI=bf16 TF_CUDA_POISON_SHARED=1" "MI=f32" "MI=bf16 TF_CUDA_PLANES=0"; do
   i=$((i + 1))
