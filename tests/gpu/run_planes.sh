@@ -33,7 +33,8 @@ el
 if [ $(($(date +%s) - T0)) -lt ${SAME_BY:-440} ]; then
   [ -d /dev/shm/l4 ] || python3 scripts/make_random_model.py --shape llama3.1-8b --layers 4 --out /dev/shm/l4 > /dev/null 2>&1
   printf '#!/bin/sh\nTF_CUDA_PLANES=0 exec %s "$@"\n' "$PWD/$B/tensorfold" > /tmp/tf_planes_off; chmod +x /tmp/tf_planes_off
-  echo "same_bits: $(TF_ARGS="--matmul-input bf16 --parallel 64" timeout 150 python3 tests/gpu/same_bits.py /dev/shm/l4 "$B"/tensorfold /tmp/tf_planes_off --requests 40 2>&1 | tail -1)" >> "$R"
+  echo "same_bits: $(TF_ARGS="--matmul-input bf16 --parallel 64 --context 8192" timeout 240 python3 tests/gpu/same_bits.py \
+    /dev/shm/l4 "$PWD/$B/tensorfold" /tmp/tf_planes_off --requests 40 2>&1 | tail -1)" >> "$R"
 else
   echo "same_bits skipped: out of time" >> "$R"
 fi
