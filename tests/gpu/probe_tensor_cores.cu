@@ -19,7 +19,7 @@ namespace {
 constexpr int kM = 64, kK = 16, kTrials = 4096;
 
 using tf::cuda::mm::mma_bf16;  // the matmul kernels' own mma.sync
-using tf::cuda::mm::pack2;
+using tf::cuda::pack2;
 
 // Rows 16 w .. 16 w + 15 of one trial by mma.sync, slot j of the step holding k = perm[j].
 __device__ void by_mma_sync(const uint16_t* A, const uint16_t* B, const float* C, const int* perm,

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Checks and timings of the bf16 planes that norms and act_mul leave for the next matmul (bf16 mode;
-# TF_CUDA_PLANES=0 turns them off) on a card, in one call of a few minutes. Binaries built here come
-# in by tests/gpu/pack.sh (PACK="tensorfold tf_kernel_contract", and tf_tests where the tree has room):
+# Checks and timings of the bf16 planes that the kernels writing a matmul's input (norms, act_mul,
+# attention) leave for it (bf16 mode; TF_CUDA_PLANES=0 turns them off) on a card, in one call of a
+# few minutes. Binaries built here come in by tests/gpu/pack.sh (PACK="tensorfold
+# tf_kernel_contract", and tf_tests where the tree has room):
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_planes.sh", carry=[".gpubin"])
-# Writes $OUT/planes.txt: the contract in bf16 (plain, poisoned) and at f32, the MatmulInput tests on
-# the card (where packed), prefill of 4,096 and decode rounds of 16 and 64 rows side by side with the planes off,
-# golden in bf16 and same_bits.py at 64 lanes (against the planes off) where time is left.
+# Writes $OUT/planes.txt: the contract in bf16 (plain, poisoned, planes off) and at f32, the
+# MatmulInput tests on the card (where packed), prefill of 4,096 and decode rounds of 16 and 64 rows
+# side by side with the planes off, golden in bf16 and same_bits.py at 64 lanes (against the planes
+# off) where time is left.
 REPORT=planes.txt
 source "$(dirname "$0")/call_start.sh"
 i=0; P=()

@@ -312,7 +312,7 @@ __global__ void attention_merge_kernel(AttnArgs a, const int32_t* brows) {
     }
     const float v = __fadd_rn(__fdiv_rn(acc, l), 0.0f);
     orow[d] = v;
-    if (a.out_hi) a.out_hi[orow - a.out + d] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    if (a.out_hi) a.out_hi[orow - a.out + d] = bf16_bits(v);
   }
 }
 

@@ -55,12 +55,10 @@ __device__ __forceinline__ void store_out2(const Args& a, float* orow, int d, fl
   if (d + 1 < a.head_dim) orow[d + 1] = v1;
   if (!a.out_hi) return;
   uint16_t* hrow = a.out_hi + (orow - a.out);
-  const uint16_t h0 = __bfloat16_as_ushort(__float2bfloat16_rn(v0));
-  const uint16_t h1 = __bfloat16_as_ushort(__float2bfloat16_rn(v1));
   if (d + 1 < a.head_dim && (a.head_dim & 1) == 0)
-    *reinterpret_cast<uint32_t*>(hrow + d) = static_cast<uint32_t>(h0) | (static_cast<uint32_t>(h1) << 16);
+    *reinterpret_cast<uint32_t*>(hrow + d) = pack2(bf16_bits(v0), bf16_bits(v1));
   else if (d < a.head_dim)
-    hrow[d] = h0;
+    hrow[d] = bf16_bits(v0);
 }
 
 // The fold of one split into the running state; the merge kernel runs the same operations.

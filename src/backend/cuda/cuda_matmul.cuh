@@ -63,10 +63,6 @@ __device__ __forceinline__ void swap_halves(uint32_t (&w)[N], int t) {
   }
 }
 
-__device__ __forceinline__ uint16_t bf16_bits(float f) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-
 __device__ __forceinline__ float bf16_float(uint16_t h) {
   return __bfloat162float(__ushort_as_bfloat16(h));
 }
@@ -143,10 +139,6 @@ template <bool kGrid>
 __device__ __forceinline__ void slice_range(const SplitArgs& sp, int64_t K, int64_t& kbeg,
                                             int64_t& kend) {
   slice_range<kGrid>(sp, K, kbeg, kend, blockIdx.z);
-}
-
-__device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
-  return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
 }
 
 // Calls f(i, j, e, r, c) for element e of each m16n8 accumulator (i, j) of a warp tile whose

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_norm.cuh"
 #include "backend/cuda/cuda_util.cuh"
 
@@ -42,8 +41,7 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
 
 // The bf16 bits of four values at p (8-byte aligned), as split_x_kernel rounds them.
 __device__ __forceinline__ void store_plane4(uint16_t* p, float4 v) {
-  *reinterpret_cast<uint2*>(p) = make_uint2(mm::pack2(mm::bf16_bits(v.x), mm::bf16_bits(v.y)),
-                                            mm::pack2(mm::bf16_bits(v.z), mm::bf16_bits(v.w)));
+  *reinterpret_cast<uint2*>(p) = make_uint2(pack2(bf16_bits(v.x), bf16_bits(v.y)), pack2(bf16_bits(v.z), bf16_bits(v.w)));
 }
 
 // Order (depends on n only): chunk i/4 to thread (i/4) % 256, which adds squares in increasing i;
@@ -133,7 +131,7 @@ __global__ void __launch_bounds__(kNormThreads)
     for (int64_t i = t; i < n; i += kNormThreads) {
       const float v = norm_elem(xr[i], g[i], inv, add_one);
       yr[i] = v;
-      if (hr) hr[i] = mm::bf16_bits(v);
+      if (hr) hr[i] = bf16_bits(v);
     }
   }
 }

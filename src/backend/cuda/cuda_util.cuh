@@ -268,9 +268,16 @@ inline int dt_code(DType t) {
   return t == DType::F32 ? 0 : t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 3;
 }
 
+// f rounded to bf16 (nearest even), as bits: every bf16 value the backend stores is this rounding.
+__device__ __forceinline__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+__device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
+  return static_cast<uint32_t>(lo_half) | (static_cast<uint32_t>(hi_half) << 16);
+}
+
 // A K/V pool value: f32, or bf16 bits in pools made in bf16 mode (rounded to nearest even).
 __device__ __forceinline__ void kv_put(float* p, float x) { *p = x; }
-__device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ void kv_put(uint16_t* p, float x) { *p = bf16_bits(x); }
 __device__ __forceinline__ float kv_get(float x) { return x; }
 __device__ __forceinline__ float kv_get(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 // The two bf16 values packed in w, the lower half first, widened.
