@@ -104,9 +104,9 @@ TEST(MatmulInput, MatmulManyFollowsIt) {
   }
 }
 
-// In bf16 mode a norm or act_mul may leave its output's bf16 plane for the next matmul: that matmul
-// gives the bits it gives on the same values uploaded fresh, and never a plane that a later write to
-// the tensor (an upload, a kernel, another norm's plane) has made stale.
+// In bf16 mode a norm, act_mul or mul_sigmoid may leave its output's bf16 plane for the next
+// matmul: that matmul gives the bits it gives on the same values uploaded fresh, and never a plane
+// that a later write to the tensor (an upload, a kernel, another norm's plane) has made stale.
 TEST(MatmulInput, PlanesLeftByTheWriterGiveTheBitsOfAFreshTensor) {
   auto be = device_backend();
   std::mt19937 rng(11);
@@ -137,6 +137,11 @@ TEST(MatmulInput, PlanesLeftByTheWriterGiveTheBitsOfAFreshTensor) {
     run(h, "after rmsnorm", [&] { be->rmsnorm(x, *g, 1e-5f, false, h); });
     run(h, "after add_rmsnorm", [&] { be->add_rmsnorm(x, a, *g, 1e-5f, true, h); });
     run(h, "after act_mul", [&] { be->act_mul(Act::SiLU, x, u, h); });
+    run(h, "after gated_rmsnorm", [&] { be->gated_rmsnorm(x, Cols{u, 0}, *g, 256, 1e-5f, false, h); });
+    run(h, "after mul_sigmoid", [&] {
+      be->copy(x, h);
+      be->mul_sigmoid(h, Cols{u, 0});
+    });
     run(h, "after an upload over the norm's output", [&] {
       be->rmsnorm(x, *g, 1e-5f, false, h);
       be->from_host(later.data(), h);

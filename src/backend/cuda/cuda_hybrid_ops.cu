@@ -29,13 +29,16 @@ __global__ void sigmoid_kernel(const float* x, float* out, int64_t n) {
   if (i < n) out[i] = sigmoid_f(x[i]);
 }
 
-__global__ void mul_sigmoid_kernel(float* y, int64_t cols, const float* g, int64_t ldg, int64_t n) {
+// hi: y's bf16 plane as well, in y's layout (cols a multiple of 32).
+__global__ void mul_sigmoid_kernel(float* y, int64_t cols, const float* g, int64_t ldg, int64_t n, uint16_t* hi) {
   grid_wait();
   grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t r = i / cols, c = i % cols;
-  y[i] = y[i] * sigmoid_f(g[r * ldg + c]);
+  const float v = y[i] * sigmoid_f(g[r * ldg + c]);
+  y[i] = v;
+  if (hi) hi[i] = bf16_bits(v);
 }
 
 __global__ void mul_sigmoid_rows_kernel(float* y, int64_t cols, const float* g, int64_t n) {
@@ -51,11 +54,11 @@ constexpr int kGatedCache = 4;  // columns a thread holds across the barrier: a 
 // halving tree. norm_first: x / rms(x) * g * silu(z); else u = x silu(z), u / rms(u) * g.
 // kCache: the thread's first kGatedCache columns load at once (g before the wait, as a weight) and
 // stay in registers across the barrier, where each column's loads were a chain; the same
-// arithmetic, so the same bits.
+// arithmetic, so the same bits. hi: y's bf16 plane as well, in y's layout (cols a multiple of 32).
 template <bool kCache>
 __global__ void __launch_bounds__(kNormThreads)
     gated_rmsnorm_kernel(const float* x, int64_t cols, const float* z, int64_t ldz, const float* g,
-                         int group, float eps, bool norm_first, float* y) {
+                         int group, float eps, bool norm_first, float* y, uint16_t* hi) {
   constexpr int kHeld = kCache ? kGatedCache : 0;
   __shared__ float sh[kNormThreads];
   const int64_t r = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * group;
@@ -68,6 +71,7 @@ __global__ void __launch_bounds__(kNormThreads)
   const float* xr = x + r * cols + c0;
   const float* zr = z + r * ldz + c0;
   float* yr = y + r * cols + c0;
+  uint16_t* hr = hi ? hi + r * cols + c0 : nullptr;
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) {
     const int i = t + k * kNormThreads;
@@ -90,11 +94,16 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) {
     const int i = t + k * kNormThreads;
-    if (i < group) yr[i] = norm_first ? ((xv[k] * inv) * gv[k]) * sv[k] : ((xv[k] * sv[k]) * inv) * gv[k];
+    if (i >= group) continue;
+    const float v = norm_first ? ((xv[k] * inv) * gv[k]) * sv[k] : ((xv[k] * sv[k]) * inv) * gv[k];
+    yr[i] = v;
+    if (hr) hr[i] = bf16_bits(v);
   }
   for (int i = t + kHeld * kNormThreads; i < group; i += kNormThreads) {
     const float sz = act_value(0, zr[i]);
-    yr[i] = norm_first ? ((xr[i] * inv) * g[c0 + i]) * sz : ((xr[i] * sz) * inv) * g[c0 + i];
+    const float v = norm_first ? ((xr[i] * inv) * g[c0 + i]) * sz : ((xr[i] * sz) * inv) * g[c0 + i];
+    yr[i] = v;
+    if (hr) hr[i] = bf16_bits(v);
   }
 }
 
@@ -137,8 +146,10 @@ void CudaBackend::mul_sigmoid(Tensor y, Cols gate) {
   check_cols(gate, y.rows, y.cols, "mul_sigmoid", "gate");
   const int64_t n = y.rows * y.cols;
   if (n == 0) return;
+  uint16_t* hi = plane_for(y);
   launch_kernel(mul_sigmoid_kernel, grid_for(n, 256), 256, 0, y.data, y.cols, gate.at(0),
-                gate.t.cols, n);
+                gate.t.cols, n, hi);
+  plane_written(y, hi);
   check_launch("mul_sigmoid");
 }
 
@@ -168,9 +179,11 @@ void CudaBackend::gated_rmsnorm(const Tensor& x, Cols z, const Weight& gw, int g
   const int64_t groups = x.cols / group;
   TF_CHECK(x.rows <= 0x7fffffff && groups <= 65535, "gated_rmsnorm: ", x.rows, " rows of ", groups,
            " groups");
+  uint16_t* hi = plane_for(y);
   launch_kernel(gated_cache(group) ? gated_rmsnorm_kernel<true> : gated_rmsnorm_kernel<false>,
                 dim3(static_cast<unsigned>(x.rows), static_cast<unsigned>(groups)), kNormThreads, 0,
-                x.data, x.cols, z.at(0), z.t.cols, g, group, eps, norm_first, y.data);
+                x.data, x.cols, z.at(0), z.t.cols, g, group, eps, norm_first, y.data, hi);
+  plane_written(y, hi);
   check_launch("gated_rmsnorm");
 }
 
