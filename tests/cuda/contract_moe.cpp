@@ -387,6 +387,8 @@ std::vector<MoeCase> moe_kernel_cases() {
   add(spec(DType::BF16, 64, 32, 600, 4, true, Act::SiLU), 21, 104);
   // Qwen3-30B-A3B's routing: 128 experts, 8 picks, a lone row ranked by the whole block.
   add(spec(DType::BF16, 256, 96, 128, 8, true, Act::SiLU), 24, 112);
+  // A prefill's routing: pairs over several of the listing block's tiles, experts in many warps.
+  add(spec(DType::BF16, 64, 48, 128, 8, true, Act::SiLU), 300, 113);
   MoeSpec nonorm = spec(DType::BF16, 64, 64, 130, 8, true, Act::SiLU);
   nonorm.norm = false;
   add(nonorm, 20, 96);

@@ -262,7 +262,7 @@ double softplus_d(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
 }  // namespace
 
 std::string conv_gate(const ConvFn& f, Backend& gpu, Backend& cpu, int64_t C, int K, DType wdt, bool with_bias,
-                      bool silu, const std::vector<SeqSpec>& seqs, uint32_t seed) {
+                      bool silu, const std::vector<SeqSpec>& seqs, uint32_t seed, bool in_place) {
   std::mt19937 rng(seed);
   Problem pr;
   pr.W = C, pr.Wy = C, pr.F = (K - 1) * C, pr.seqs = seqs;
@@ -300,23 +300,24 @@ std::string conv_gate(const ConvFn& f, Backend& gpu, Backend& cpu, int64_t C, in
     return Binder([=](Backend& be) {
       std::shared_ptr<Weight> w(be.load_weight(hw->view)), b(be.load_weight(hb->view));
       return RecCall([=](Backend& b2, const Tensor& x, Tensor y, const RowLayout& r, const StateRefs& st, int64_t off) {
-        fn(b2, x, *w, with_bias ? b.get() : nullptr, silu, r, st, off, y);
+        if (in_place) b2.copy(x, y);
+        fn(b2, in_place ? y : x, *w, with_bias ? b.get() : nullptr, silu, r, st, off, y);
       });
     });
   };
   const std::string tag = std::string("conv1d_causal C=") + std::to_string(C) + " K=" + std::to_string(K) + " " +
-                          dtype_name(wdt);
+                          dtype_name(wdt) + (in_place ? " in place" : "");
   return run_gate(bind(f), bind(real_conv()), gpu, cpu, pr, ref, 0, tag);
 }
 
 std::string ssm_gate(const SsmFn& f, Backend& gpu, Backend& cpu, const SsmParams& p, const std::vector<SeqSpec>& seqs,
-                     uint32_t seed) {
+                     uint32_t seed, bool aligned) {
   std::mt19937 rng(seed);
   const int64_t H = p.heads, P = p.head_dim, G = p.groups, N = p.state_size, HP = H * P, GN = G * N;
-  // Fused row: 2 pad, x [HP], B [GN], C [GN], dt [H], 3 pad.
-  const int64_t cx = 2, cb = cx + HP, cc = cb + GN, cd = cc + GN;
+  // Fused row: 2 pad (4 aligned), x [HP], B [GN], C [GN], dt [H], 3 pad (to a multiple of 4 aligned).
+  const int64_t cx = aligned ? 4 : 2, cb = cx + HP, cc = cb + GN, cd = cc + GN;
   Problem pr;
-  pr.W = cd + H + 3, pr.Wy = HP, pr.F = HP * N, pr.seqs = seqs;
+  pr.W = aligned ? (cd + H + 3 + 3) / 4 * 4 : cd + H + 3, pr.Wy = HP, pr.F = HP * N, pr.seqs = seqs;
   auto al = std::make_shared<HostWeight>(make_weight(DType::F32, 1, H, rng, true, -1.f, 1.5f));
   auto dd = std::make_shared<HostWeight>(make_weight(DType::F32, 1, H, rng, true, -1.f, 1.f));
   auto db = std::make_shared<HostWeight>(make_weight(DType::F32, 1, H, rng, true, -1.f, 1.f));
@@ -371,7 +372,8 @@ std::string ssm_gate(const SsmFn& f, Backend& gpu, Backend& cpu, const SsmParams
     });
   };
   const std::string tag = "ssm_scan heads=" + std::to_string(H) + " hd=" + std::to_string(P) + " groups=" +
-                          std::to_string(G) + " N=" + std::to_string(N) + " chunk=" + std::to_string(p.chunk);
+                          std::to_string(G) + " N=" + std::to_string(N) + " chunk=" + std::to_string(p.chunk) +
+                          (aligned ? " aligned" : "");
   return run_gate(bind(f), bind(real_ssm()), gpu, cpu, pr, ref, p.chunk, tag);
 }
 

@@ -46,10 +46,12 @@ std::string copy_gate(const CopyFn& f, Backend& gpu, Backend& cpu, uint32_t seed
 // Recurrent gates: the round of all sequences against the cpu backend and a float64 sequential
 // reference, then bit equality with each sequence alone and with the rows split into items at
 // marks (multiples of `mark` for chunked sequences) with the state carried between rounds.
+// in_place: the conv writes over its input, as Mamba2's does. aligned: the scan's B and C start
+// at multiples of 4 columns of rows of a multiple of 4, as a real model's do.
 std::string conv_gate(const ConvFn& f, Backend& gpu, Backend& cpu, int64_t C, int K, DType wdt, bool bias,
-                      bool silu, const std::vector<SeqSpec>& seqs, uint32_t seed);
+                      bool silu, const std::vector<SeqSpec>& seqs, uint32_t seed, bool in_place = false);
 std::string ssm_gate(const SsmFn& f, Backend& gpu, Backend& cpu, const SsmParams& p,
-                     const std::vector<SeqSpec>& seqs, uint32_t seed);
+                     const std::vector<SeqSpec>& seqs, uint32_t seed, bool aligned = false);
 std::string delta_gate(const DeltaFn& f, Backend& gpu, Backend& cpu, const DeltaParams& p,
                        const std::vector<SeqSpec>& seqs, uint32_t seed);
 

@@ -92,6 +92,18 @@ void add_hybrid_kernels(std::vector<Case>& v) {
   v.push_back({"conv1d_causal C=300 K=3 BF16", [](Backend& g, Backend& c) {
                  return conv_gate(real_conv(), g, c, 300, 3, DType::BF16, false, false, kSmallSeqs, 89);
                }});
+  v.push_back({"conv1d_causal C=260 K=4 in place, sequences past one segment", [](Backend& g, Backend& c) {
+                 return conv_gate(real_conv(), g, c, 260, 4, DType::BF16, true, true,
+                                  {{300, false, false}, {1, true, false}, {130, true, true}, {64, false, false},
+                                   {65, false, false}},
+                                  95, true);
+               }});
+  v.push_back({"ssm_scan 4 heads x 64, 2 groups, N=128, chunk 128, aligned", [](Backend& g, Backend& c) {
+                 return ssm_gate(real_ssm(), g, c, ssm_params(4, 64, 2, 128, 128, 0.0f, 0.0f),
+                                 {{300, false, false}, {1, true, false}, {3, true, true}, {129, false, false},
+                                  {128, false, false}, {20, false, false}},
+                                 96, true);
+               }});
   v.push_back({"ssm_scan 4 heads x 5, 2 groups, N=7, chunk 8", [](Backend& g, Backend& c) {
                  return ssm_gate(real_ssm(), g, c, ssm_params(4, 5, 2, 7, 8, 0.1f, 0.0f), kSmallSeqs, 90);
                }});

@@ -94,7 +94,7 @@ inline int act_code(Act act) {
 }
 
 // The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's
-// ids, weights and penalized rows, rope's cos/sin table.
+// ids, weights and penalized rows, rope's cos/sin table, the in-place conv's halo, the SSD scan's C.B.
 enum BufferSlot : int {
   kSlotMoe = 0,
   kSlotMoeCount = 8,
@@ -102,7 +102,9 @@ enum BufferSlot : int {
   kSlotSample,
   kSlotSampleWeights,
   kSlotSamplePenalized,
-  kSlotRope
+  kSlotRope,
+  kSlotConvHalo,
+  kSlotSsm
 };
 
 class CudaBackend : public Backend {

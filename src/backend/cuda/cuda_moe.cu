@@ -237,7 +237,10 @@ __device__ int block_scan(int32_t* a, int n) {
 // at most kRowsPerItem pairs each, items in expert order; run by one whole block of kRouteThreads.
 __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, int32_t* items,
                           int32_t* n_items) {
-  __shared__ int32_t cnt[kMaxExperts], off[kMaxExperts], first[kMaxExperts];
+  // cnt and first, once the items are written, hold the tiles' per-warp counts (wcnt).
+  __shared__ int32_t off[kMaxExperts], cnt_first[2 * kMaxExperts];
+  int32_t* cnt = cnt_first;
+  int32_t* first = cnt_first + kMaxExperts;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&cnt[idx[p]], 1);
@@ -249,15 +252,38 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   __syncthreads();
   block_scan(off, E);
   const int total = block_scan(first, E);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
     for (int s = 0, it = first[e]; s < cnt[e]; s += kRowsPerItem, ++it) {
       items[3 * it] = e;
       items[3 * it + 1] = off[e] + s;
       items[3 * it + 2] = min(kRowsPerItem, cnt[e] - s);
     }
-    int o = off[e];
-    for (int p = 0; p < pairs; ++p)
-      if (idx[p] == e) order[o++] = p;
+  // Pairs in tiles of the block, in order: a pair's place is its expert's next free one plus the
+  // pairs of that expert before it in the tile (earlier warps' counts, then the lanes below it).
+  static_assert(kRouteThreads / 32 * kMaxExperts <= 2 * kMaxExperts * 4, "a tile's counts fit cnt and first");
+  __syncthreads();
+  auto* wcnt = reinterpret_cast<uint8_t(*)[kMaxExperts]>(cnt_first);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = threadIdx.x; i < 2 * kMaxExperts; i += blockDim.x) cnt_first[i] = 0;
+  __syncthreads();
+  for (int base = 0; base < pairs; base += blockDim.x) {
+    const int p = base + static_cast<int>(threadIdx.x);
+    const int e = p < pairs ? idx[p] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const bool leader = e >= 0 && (same & ((1u << lane) - 1)) == 0;
+    if (leader) wcnt[warp][e] = static_cast<uint8_t>(__popc(same));
+    __syncthreads();
+    if (e >= 0) {
+      int at = off[e] + __popc(same & ((1u << lane) - 1));
+      for (int w = 0; w < warp; ++w) at += wcnt[w][e];
+      order[at] = p;
+    }
+    __syncthreads();
+    if (leader) {
+      atomicAdd(&off[e], __popc(same));
+      wcnt[warp][e] = 0;
+    }
+    __syncthreads();
   }
   if (threadIdx.x == 0) *n_items = total;
 }

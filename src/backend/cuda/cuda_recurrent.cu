@@ -130,6 +130,7 @@ namespace {
 
 constexpr int kMaxConvK = 8;
 constexpr int kConvThreads = 128;
+constexpr int kConvSegRows = 64;  // rows a conv thread walks: a prefill chunk spreads over the SMs
 constexpr int kMaxStateLanes = 8;  // ssm state_size up to 256 in the step form
 constexpr int kSsmThreads = 256;
 constexpr int kSsmStepWarps = 4;
@@ -159,24 +160,50 @@ struct ConvArgs {
   int64_t C;
   int K;
   bool silu;
+  // In place (x is out): the K - 1 inputs before each later segment, saved by conv_halo_kernel
+  // before any output lands, at (halo_base[job] + segment - 1) * (K - 1) * C.
+  const float* halo;
+  const int32_t* halo_base;
 };
 
-// One thread per (sequence, channel): the K - 1 inputs before each row live in registers.
+// Saves the K - 1 inputs before each segment but a sequence's first, for an in-place conv.
+__global__ void conv_halo_kernel(ConvArgs a, float* halo) {
+  grid_wait();
+  grid_launch_next();
+  const SeqJob j = a.jobs[blockIdx.x];
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
+  const int z = static_cast<int>(blockIdx.z) + 1, t0 = z * kConvSegRows, H = a.K - 1;
+  if (c >= a.C || t0 >= j.n) return;
+  float* dst = halo + static_cast<int64_t>(a.halo_base[blockIdx.x] + z - 1) * H * a.C;
+  for (int i = 0; i < H; ++i) dst[i * a.C + c] = a.x[(j.row0 + t0 - H + i) * a.C + c];
+}
+
+// One thread per (sequence, channel, segment of kConvSegRows rows): the K - 1 inputs before each
+// row live in registers, a segment's first from the rows before it or the state. Each output is
+// the same chain of products however the rows are cut.
 __global__ void conv_kernel(ConvArgs a) {
   grid_wait();
   grid_launch_next();
   const SeqJob j = a.jobs[blockIdx.x];
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x;
-  if (c >= a.C) return;
+  const int t0 = static_cast<int>(blockIdx.z) * kConvSegRows;
+  if (c >= a.C || t0 >= j.n) return;
+  const int t1 = min(j.n, t0 + kConvSegRows);
   const int H = a.K - 1;
   float hist[kMaxConvK], w[kMaxConvK];
 #pragma unroll
   for (int i = 0; i < kMaxConvK; ++i) {
-    hist[i] = i < H ? a.pool[j.src + i * a.C + c] : 0.0f;
+    const int q = t0 - H + i;  // the row hist[i] holds, relative to the sequence's first
+    const float* hl = a.halo ? a.halo + static_cast<int64_t>(a.halo_base[blockIdx.x] + blockIdx.z - 1) * H * a.C
+                             : nullptr;
+    hist[i] = i >= H ? 0.0f
+              : q < 0 ? a.pool[j.src + (q + H) * a.C + c]
+              : hl    ? hl[i * a.C + c]
+                      : a.x[(j.row0 + q) * a.C + c];
     w[i] = i < a.K ? load_elem(a.dt, a.w, a.wscales, c * a.K + i) : 0.0f;
   }
   const float b = a.bias ? a.bias[c] : 0.0f;
-  for (int t = 0; t < j.n; ++t) {
+  for (int t = t0; t < t1; ++t) {
     const int64_t r = j.row0 + t;
     const float xv = a.x[r * a.C + c];
     float acc = 0.0f;
@@ -201,6 +228,7 @@ __global__ void conv_kernel(ConvArgs a) {
         if (i < H) kp[i * a.C + c] = hist[i];
     }
   }
+  if (t1 < j.n) return;  // the last segment writes the state
 #pragma unroll
   for (int i = 0; i < kMaxConvK; ++i)
     if (i < H) a.pool[j.dst + i * a.C + c] = hist[i];
@@ -343,6 +371,219 @@ __global__ void __launch_bounds__(kSsmThreads) ssm_chunk_kernel(SsmArgs a) {
   for (int e = tid; e < np * N; e += kSsmThreads) a.pool[j.dst + so + e] = sh[e];
 }
 
+// The chunked form on matrices (TF_CUDA_SSD=0: ssm_chunk_kernel instead, side-by-side timing).
+// Per chunk of L rows of a sequence (counted from its first row of the call) and head:
+//   G = C B^T (one group's, ssd_cb_kernel), W[t][s] = G[t][s] (exp(cum_t - cum_s) dt_s) for s <= t,
+//   y_t = exp(cum_t) (C_t . h0) + sum_s W[t][s] x_s + D x_t,
+//   h = exp(cum_last) h0 + sum_s (x_s (exp(cum_last - cum_s) dt_s)) B_s,
+// every sum in a fixed order of its own, so a row's bits depend on its sequence alone.
+constexpr int kSsdTile = 64;     // G's tiles and the rows of W a pass holds
+constexpr int kSsdPt = 16;       // channels a scan block takes
+constexpr int kSsdThreads = 256;
+constexpr int kSsdMaxChunk = 512;
+
+struct SsdChunks {
+  const int32_t* list;  // per chunk: job, first row within the job
+  const int32_t* base;  // per job: index of its first chunk
+  float* G;             // [chunk][group][L][L]
+  int groups;
+};
+
+// G's 64 x 64 tile (blockIdx.z over the lower triangle's tiles) of one chunk and group: 16 x 16
+// threads each sum 4 x 4 dot products over n in order.
+__global__ void __launch_bounds__(kSsdThreads) ssd_cb_kernel(SsmArgs a, SsdChunks ch) {
+  grid_wait();
+  grid_launch_next();
+  __shared__ float cs[16][kSsdTile + 4], bs[16][kSsdTile + 4];
+  int ti = 0, z = static_cast<int>(blockIdx.z);
+  while (z > ti) z -= ti + 1, ++ti;
+  const int si = z;
+  const SeqJob j = a.jobs[ch.list[2 * blockIdx.x]];
+  const int c0 = ch.list[2 * blockIdx.x + 1], len = min(a.chunk, j.n - c0), g = blockIdx.y;
+  const int t0 = ti * kSsdTile, s0 = si * kSsdTile;
+  if (t0 >= len) return;
+  const int N = a.N, tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t rb = j.row0 + c0, gN = static_cast<int64_t>(g) * N;
+  float acc[4][4] = {};
+  for (int n0 = 0; n0 < N; n0 += 16) {
+    for (int e = threadIdx.x; e < 16 * kSsdTile; e += kSsdThreads) {
+      const int r = e / 16, k = e % 16, n = n0 + k;
+      cs[k][r] = t0 + r < len && n < N ? a.C[(rb + t0 + r) * a.ldc + gN + n] : 0.0f;
+      bs[k][r] = s0 + r < len && n < N ? a.B[(rb + s0 + r) * a.ldb + gN + n] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int k = 0; k < 16; ++k) {
+      const float4 cv = *reinterpret_cast<const float4*>(&cs[k][4 * ty]);
+      const float4 bv = *reinterpret_cast<const float4*>(&bs[k][4 * tx]);
+      const float c4[4] = {cv.x, cv.y, cv.z, cv.w}, b4[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][q] = __fmaf_rn(c4[i], b4[q], acc[i][q]);
+    }
+    __syncthreads();
+  }
+  const int L = a.chunk;
+  float* G = ch.G + ((static_cast<int64_t>(blockIdx.x) * ch.groups + g) * L + t0 + 4 * ty) * L + s0 + 4 * tx;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (t0 + 4 * ty + i < len && s0 + 4 * tx + q < len) G[static_cast<int64_t>(i) * L + q] = acc[i][q];
+}
+
+// Shared memory of ssd_scan_kernel: h [pt][N + 4], x and x u [L][pt], W [64][L + 1], cum and dt [L].
+constexpr size_t ssd_smem(int L, int N) {
+  return (static_cast<size_t>(kSsdPt) * (N + 4) + 2 * static_cast<size_t>(L) * kSsdPt +
+          static_cast<size_t>(kSsdTile) * (L + 1) + 2 * static_cast<size_t>(L)) * 4;
+}
+
+// The scan of one sequence, head and kSsdPt channels over its chunks in order; h stays on chip.
+// Threads: 32 row pairs x 8 channel pairs for y, channel pairs x column quads for h.
+__global__ void __launch_bounds__(kSsdThreads) ssd_scan_kernel(SsmArgs a, SsdChunks ch, bool vec) {
+  grid_wait();
+  grid_launch_next();
+  extern __shared__ __align__(16) float sm[];
+  const int L = a.chunk, N = a.N, P = a.P, HS = N + 4;
+  const SeqJob j = a.jobs[blockIdx.x];
+  const int h = blockIdx.y, p0 = blockIdx.z * kSsdPt, np = min(kSsdPt, P - p0), g = h / a.hpg;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float* hs = sm;                       // [kSsdPt][HS]
+  float* xs = hs + kSsdPt * HS;         // [L][kSsdPt]
+  float* xu = xs + L * kSsdPt;          // [L][kSsdPt]
+  float* ws = xu + L * kSsdPt;          // [kSsdTile][L + 1]
+  float* cum = ws + kSsdTile * (L + 1);  // [L]
+  float* dtv = cum + L;                 // [L]
+  const int64_t so = (static_cast<int64_t>(h) * P + p0) * N, xc = static_cast<int64_t>(h) * P + p0;
+  const int64_t gN = static_cast<int64_t>(g) * N;
+  const float A = -expf(a.A_log[h]), Dh = a.D[h], bias = a.dt_bias[h];
+  for (int e = tid; e < kSsdPt * HS; e += kSsdThreads) {
+    const int pl = e / HS, n = e % HS;
+    hs[e] = pl < np && n < N ? a.pool[j.src + so + static_cast<int64_t>(pl) * N + n] : 0.0f;
+  }
+  const int tp = tid / 8, pp = tid % 8;  // y: rows 2 tp, 2 tp + 1 of a pass; channels 2 pp, 2 pp + 1
+  const int chunk0 = ch.base[blockIdx.x];
+  for (int c0 = 0, ci = 0; c0 < j.n; c0 += L, ++ci) {
+    const int len = min(L, j.n - c0);
+    const int64_t rb = j.row0 + c0;
+    if (warp == 0) {
+      // dt and the running sum of A dt: 32 rows at a time, a fixed shuffle tree, then the carry.
+      float carry = 0.0f;
+      for (int t0 = 0; t0 < L; t0 += 32) {
+        const int t = t0 + lane;
+        const float d = t < len ? ssm_dt(a.dt[(rb + t) * a.ldd + h], bias, a.dt_min, a.dt_max) : 0.0f;
+        float v = A * d;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const float u = __shfl_up_sync(0xffffffffu, v, o);
+          if (lane >= o) v = v + u;
+        }
+        v = carry + v;
+        if (t < L) cum[t] = v, dtv[t] = d;
+        carry = __shfl_sync(0xffffffffu, v, 31);
+      }
+    }
+    for (int e = tid; e < L * kSsdPt; e += kSsdThreads) {
+      const int t = e / kSsdPt, pl = e % kSsdPt;
+      xs[e] = t < len && pl < np ? a.x[(rb + t) * a.ldx + xc + pl] : 0.0f;
+    }
+    __syncthreads();
+    const float cl = cum[len - 1], el = expf(cl);
+    for (int e = tid; e < L * kSsdPt; e += kSsdThreads) {
+      const int t = e / kSsdPt;
+      xu[e] = xs[e] * (expf(cl - cum[t]) * dtv[t]);
+    }
+    const float* Gc = ch.G + (static_cast<int64_t>(chunk0 + ci) * ch.groups + g) * L * L;
+    for (int r0 = 0; r0 < len; r0 += kSsdTile) {
+      const int send = min(len, r0 + kSsdTile);  // columns s of W this pass needs
+      for (int e = tid; e < kSsdTile * send; e += kSsdThreads) {
+        const int tl = e / send, s = e % send, t = r0 + tl;
+        ws[tl * (L + 1) + s] = s <= t && t < len ? Gc[static_cast<int64_t>(t) * L + s] * (expf(cum[t] - cum[s]) * dtv[s])
+                                                 : 0.0f;
+      }
+      __syncthreads();
+      const int ta = r0 + 2 * tp;
+      if (ta < len) {
+        const int tb = min(ta + 1, len - 1);
+        const float* ca = a.C + (rb + ta) * a.ldc + gN;
+        const float* cb = a.C + (rb + tb) * a.ldc + gN;
+        const float* ha = hs + (2 * pp) * HS;
+        const float* hb = ha + HS;
+        float o00 = 0.0f, o01 = 0.0f, o10 = 0.0f, o11 = 0.0f;  // C . h0 of rows a, b and channels 0, 1
+        if (vec) {
+          for (int n = 0; n < N; n += 4) {
+            const float4 u = *reinterpret_cast<const float4*>(ca + n), v = *reinterpret_cast<const float4*>(cb + n);
+            const float4 x0 = *reinterpret_cast<const float4*>(ha + n), x1 = *reinterpret_cast<const float4*>(hb + n);
+            o00 = __fmaf_rn(u.x, x0.x, o00), o01 = __fmaf_rn(u.x, x1.x, o01);
+            o10 = __fmaf_rn(v.x, x0.x, o10), o11 = __fmaf_rn(v.x, x1.x, o11);
+            o00 = __fmaf_rn(u.y, x0.y, o00), o01 = __fmaf_rn(u.y, x1.y, o01);
+            o10 = __fmaf_rn(v.y, x0.y, o10), o11 = __fmaf_rn(v.y, x1.y, o11);
+            o00 = __fmaf_rn(u.z, x0.z, o00), o01 = __fmaf_rn(u.z, x1.z, o01);
+            o10 = __fmaf_rn(v.z, x0.z, o10), o11 = __fmaf_rn(v.z, x1.z, o11);
+            o00 = __fmaf_rn(u.w, x0.w, o00), o01 = __fmaf_rn(u.w, x1.w, o01);
+            o10 = __fmaf_rn(v.w, x0.w, o10), o11 = __fmaf_rn(v.w, x1.w, o11);
+          }
+        } else {
+          for (int n = 0; n < N; ++n) {
+            const float u = ca[n], v = cb[n], x0 = ha[n], x1 = hb[n];
+            o00 = __fmaf_rn(u, x0, o00), o01 = __fmaf_rn(u, x1, o01);
+            o10 = __fmaf_rn(v, x0, o10), o11 = __fmaf_rn(v, x1, o11);
+          }
+        }
+        float d00 = 0.0f, d01 = 0.0f, d10 = 0.0f, d11 = 0.0f;  // sum_s W[t][s] x_s
+        const float* wa = ws + (ta - r0) * (L + 1);
+        const float* wb = wa + (L + 1);
+        for (int s = 0; s <= tb; ++s) {
+          const float2 xv = *reinterpret_cast<const float2*>(xs + s * kSsdPt + 2 * pp);
+          const float w0 = wa[s], w1 = wb[s];
+          d00 = __fmaf_rn(w0, xv.x, d00), d01 = __fmaf_rn(w0, xv.y, d01);
+          d10 = __fmaf_rn(w1, xv.x, d10), d11 = __fmaf_rn(w1, xv.y, d11);
+        }
+        const float ea = expf(cum[ta]), eb = expf(cum[tb]);
+        const int pa = 2 * pp;
+        float* ya = a.y + (rb + ta) * a.ldy + xc;
+        float* yb = a.y + (rb + tb) * a.ldy + xc;
+        if (pa < np) ya[pa] = (ea * o00 + d00) + Dh * xs[ta * kSsdPt + pa];
+        if (pa + 1 < np) ya[pa + 1] = (ea * o01 + d01) + Dh * xs[ta * kSsdPt + pa + 1];
+        if (tb > ta) {
+          if (pa < np) yb[pa] = (eb * o10 + d10) + Dh * xs[tb * kSsdPt + pa];
+          if (pa + 1 < np) yb[pa + 1] = (eb * o11 + d11) + Dh * xs[tb * kSsdPt + pa + 1];
+        }
+      }
+      __syncthreads();  // W is rewritten by the next pass, h by the update below
+    }
+    // h = exp(cum_last) h + sum_s x u_s B_s: items of two channels x four columns.
+    const int quads = (N + 3) / 4;
+    for (int it = tid; it < kSsdPt / 2 * quads; it += kSsdThreads) {
+      const int pl = 2 * (it / quads), n = 4 * (it % quads);
+      float acc0[4] = {}, acc1[4] = {};
+      for (int s = 0; s < len; ++s) {
+        const float* bsr = a.B + (rb + s) * a.ldb + gN + n;
+        float b4[4];
+        if (vec) {
+          const float4 v = *reinterpret_cast<const float4*>(bsr);
+          b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) b4[q] = n + q < N ? bsr[q] : 0.0f;
+        }
+        const float2 u = *reinterpret_cast<const float2*>(xu + s * kSsdPt + pl);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc0[q] = __fmaf_rn(u.x, b4[q], acc0[q]), acc1[q] = __fmaf_rn(u.y, b4[q], acc1[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (n + q < N) {
+          hs[pl * HS + n + q] = el * hs[pl * HS + n + q] + acc0[q];
+          hs[(pl + 1) * HS + n + q] = el * hs[(pl + 1) * HS + n + q] + acc1[q];
+        }
+    }
+    __syncthreads();
+  }
+  for (int e = tid; e < np * N; e += kSsdThreads) a.pool[j.dst + so + e] = hs[(e / N) * HS + e % N];
+}
+
 }  // namespace
 
 void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight* bias, bool silu,
@@ -361,13 +602,41 @@ void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight*
   if (jobs.chunked.empty() || C == 0) return;
   const DevJobs d = upload_jobs(*this, jobs);
   ConvArgs a{x.data, out.data, dt_code(w.dtype), w.data, w.scales, b, st.pool, st.keep_pool,
-             d.chunked, d.keep, C, K, silu};
+             d.chunked, d.keep, C, K, silu, nullptr, nullptr};
   TF_CHECK(grid_for(C, kConvThreads) <= 65535u, "conv1d_causal: ", C, " channels");
-  launch_kernel(conv_kernel,
-                dim3(static_cast<unsigned>(jobs.chunked.size()), grid_for(C, kConvThreads)),
-                kConvThreads, 0, a);
+  const auto nj = static_cast<unsigned>(jobs.chunked.size());
+  int32_t longest = 0, later = 0;
+  std::vector<int32_t> base(nj);
+  for (unsigned i = 0; i < nj; ++i) {
+    const int32_t n = jobs.chunked[i].n;
+    longest = std::max(longest, n);
+    base[i] = later;
+    later += std::max(0, (n + kConvSegRows - 1) / kConvSegRows - 1);
+  }
+  const auto segs = static_cast<unsigned>((longest + kConvSegRows - 1) / kConvSegRows);
+  const dim3 grid(nj, grid_for(C, kConvThreads), segs);
+  // Later segments of an in-place conv read their first inputs from a copy made before any output.
+  const bool overlap = x.data < out.data + out.rows * C && out.data < x.data + x.rows * C;
+  if (overlap && later > 0 && K > 1) {
+    auto* halo = static_cast<float*>(buffer(kSlotConvHalo, static_cast<uint64_t>(later) * (K - 1) * C * 4));
+    a.halo_base = static_cast<const int32_t*>(meta(base.data(), base.size() * 4));
+    launch_kernel(conv_halo_kernel, dim3(nj, grid.y, segs - 1), kConvThreads, 0, a, halo);
+    a.halo = halo;
+  }
+  launch_kernel(conv_kernel, grid, kConvThreads, 0, a);
   check_launch("conv1d_causal");
 }
+
+namespace {
+
+// Whether the chunked form runs on matrices (ssd_scan_kernel): chunks up to kSsdMaxChunk rows,
+// unless TF_CUDA_SSD=0. A function of the model's shape alone, so never of the round.
+bool ssd_takes(const SsmParams& p) {
+  static const bool off = env_zero("TF_CUDA_SSD");
+  return !off && p.chunk <= kSsdMaxChunk && ssd_smem(kSsdMaxChunk, 32 * kMaxStateLanes) <= static_cast<size_t>(max_smem_optin());
+}
+
+}  // namespace
 
 void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_log, const Weight& D,
                            const Weight& dt_bias, const SsmParams& p, const RowLayout& rows,
@@ -406,7 +675,40 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
                   kSsmStepWarps * 32, 0, a);
     check_launch(op);
   }
-  if (!jobs.chunked.empty()) {
+  if (!jobs.chunked.empty() && ssd_takes(p)) {
+    a.jobs = d.chunked;
+    const int L = p.chunk;
+    std::vector<int32_t> meta_v;  // per chunk (job, first row), then per job its first chunk
+    std::vector<int32_t> base;
+    for (size_t i = 0; i < jobs.chunked.size(); ++i) {
+      base.push_back(static_cast<int32_t>(meta_v.size() / 2));
+      for (int32_t c0 = 0; c0 < jobs.chunked[i].n; c0 += L) meta_v.push_back(static_cast<int32_t>(i)), meta_v.push_back(c0);
+    }
+    const auto nch = static_cast<unsigned>(meta_v.size() / 2);
+    meta_v.insert(meta_v.end(), base.begin(), base.end());
+    const auto* mv = static_cast<const int32_t*>(meta(meta_v.data(), meta_v.size() * 4));
+    SsdChunks ch{mv, mv + 2 * nch, nullptr, p.groups};
+    ch.G = static_cast<float*>(buffer(kSlotSsm, static_cast<uint64_t>(nch) * p.groups * L * L * 4));
+    const unsigned T = static_cast<unsigned>((L + kSsdTile - 1) / kSsdTile);
+    launch_kernel(ssd_cb_kernel, dim3(nch, static_cast<unsigned>(p.groups), T * (T + 1) / 2), kSsdThreads, 0, a, ch);
+    const size_t smem = ssd_smem(L, p.state_size);
+    static bool raised = false;
+    if (!raised) {
+      TF_CUDA_CHECK(cudaFuncSetAttribute(ssd_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(ssd_smem(kSsdMaxChunk, 32 * kMaxStateLanes))),
+                    op);
+      raised = true;
+    }
+    // float4 loads of B, C and h where their rows and columns allow.
+    const bool vec = p.state_size % 4 == 0 && B.t.cols % 4 == 0 && C.t.cols % 4 == 0 && B.col % 4 == 0 &&
+                     C.col % 4 == 0 && reinterpret_cast<uintptr_t>(B.t.data) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(C.t.data) % 16 == 0;
+    launch_kernel(ssd_scan_kernel,
+                  dim3(static_cast<unsigned>(jobs.chunked.size()), static_cast<unsigned>(p.heads),
+                       static_cast<unsigned>((p.head_dim + kSsdPt - 1) / kSsdPt)),
+                  kSsdThreads, smem, a, ch, vec);
+    check_launch(op);
+  } else if (!jobs.chunked.empty()) {
     a.jobs = d.chunked;
     const size_t smem = (static_cast<size_t>(pt) * p.state_size + 3 * static_cast<size_t>(p.chunk) +
                          p.state_size) * 4;
