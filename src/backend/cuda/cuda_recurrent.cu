@@ -384,9 +384,8 @@ constexpr int kSsdMaxChunk = 512;
 
 struct SsdChunks {
   const int32_t* list;  // per chunk: job, first row within the job
-  const int32_t* base;  // per job: index of its first chunk
-  float* G;             // [chunk][group][L][L]
-  int groups;
+  float* G;             // [group][row of the call][L]: row t of a chunk holds G[t][0 .. L)
+  int64_t rows;         // rows of the call, so the scratch is bounded by the round's rows
 };
 
 // G's 64 x 64 tile (blockIdx.z over the lower triangle's tiles) of one chunk and group: 16 x 16
@@ -425,7 +424,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_cb_kernel(SsmArgs a, SsdChunk
     __syncthreads();
   }
   const int L = a.chunk;
-  float* G = ch.G + ((static_cast<int64_t>(blockIdx.x) * ch.groups + g) * L + t0 + 4 * ty) * L + s0 + 4 * tx;
+  float* G = ch.G + (g * ch.rows + rb + t0 + 4 * ty) * L + s0 + 4 * tx;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -463,8 +462,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_scan_kernel(SsmArgs a, SsdChu
     hs[e] = pl < np && n < N ? a.pool[j.src + so + static_cast<int64_t>(pl) * N + n] : 0.0f;
   }
   const int tp = tid / 8, pp = tid % 8;  // y: rows 2 tp, 2 tp + 1 of a pass; channels 2 pp, 2 pp + 1
-  const int chunk0 = ch.base[blockIdx.x];
-  for (int c0 = 0, ci = 0; c0 < j.n; c0 += L, ++ci) {
+  for (int c0 = 0; c0 < j.n; c0 += L) {
     const int len = min(L, j.n - c0);
     const int64_t rb = j.row0 + c0;
     if (warp == 0) {
@@ -494,7 +492,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_scan_kernel(SsmArgs a, SsdChu
       const int t = e / kSsdPt;
       xu[e] = xs[e] * (expf(cl - cum[t]) * dtv[t]);
     }
-    const float* Gc = ch.G + (static_cast<int64_t>(chunk0 + ci) * ch.groups + g) * L * L;
+    const float* Gc = ch.G + (g * ch.rows + rb) * L;
     for (int r0 = 0; r0 < len; r0 += kSsdTile) {
       const int send = min(len, r0 + kSsdTile);  // columns s of W this pass needs
       for (int e = tid; e < kSsdTile * send; e += kSsdThreads) {
@@ -678,17 +676,12 @@ void CudaBackend::ssm_scan(Cols x, Cols B, Cols C, Cols dt_raw, const Weight& A_
   if (!jobs.chunked.empty() && ssd_takes(p)) {
     a.jobs = d.chunked;
     const int L = p.chunk;
-    std::vector<int32_t> meta_v;  // per chunk (job, first row), then per job its first chunk
-    std::vector<int32_t> base;
-    for (size_t i = 0; i < jobs.chunked.size(); ++i) {
-      base.push_back(static_cast<int32_t>(meta_v.size() / 2));
-      for (int32_t c0 = 0; c0 < jobs.chunked[i].n; c0 += L) meta_v.push_back(static_cast<int32_t>(i)), meta_v.push_back(c0);
-    }
-    const auto nch = static_cast<unsigned>(meta_v.size() / 2);
-    meta_v.insert(meta_v.end(), base.begin(), base.end());
-    const auto* mv = static_cast<const int32_t*>(meta(meta_v.data(), meta_v.size() * 4));
-    SsdChunks ch{mv, mv + 2 * nch, nullptr, p.groups};
-    ch.G = static_cast<float*>(buffer(kSlotSsm, static_cast<uint64_t>(nch) * p.groups * L * L * 4));
+    std::vector<int32_t> list;  // per chunk: job, first row within the job
+    for (size_t i = 0; i < jobs.chunked.size(); ++i)
+      for (int32_t c0 = 0; c0 < jobs.chunked[i].n; c0 += L) list.push_back(static_cast<int32_t>(i)), list.push_back(c0);
+    const auto nch = static_cast<unsigned>(list.size() / 2);
+    SsdChunks ch{static_cast<const int32_t*>(meta(list.data(), list.size() * 4)), nullptr, m};
+    ch.G = static_cast<float*>(buffer(kSlotSsm, static_cast<uint64_t>(p.groups) * m * L * 4));
     const unsigned T = static_cast<unsigned>((L + kSsdTile - 1) / kSsdTile);
     launch_kernel(ssd_cb_kernel, dim3(nch, static_cast<unsigned>(p.groups), T * (T + 1) / 2), kSsdThreads, 0, a, ch);
     const size_t smem = ssd_smem(L, p.state_size);
