@@ -616,7 +616,9 @@ void CudaBackend::conv1d_causal(const Tensor& x, const Weight& wt, const Weight*
   // Later segments of an in-place conv read their first inputs from a copy made before any output.
   const bool overlap = x.data < out.data + out.rows * C && out.data < x.data + x.rows * C;
   if (overlap && later > 0 && K > 1) {
-    auto* halo = static_cast<float*>(buffer(kSlotConvHalo, static_cast<uint64_t>(later) * (K - 1) * C * 4));
+    // Sized by the round's rows, which bound the later segments, so the warm-up's round sizes it.
+    const auto bound = static_cast<uint64_t>((x.rows + kConvSegRows - 1) / kConvSegRows);
+    auto* halo = static_cast<float*>(buffer(kSlotConvHalo, bound * (K - 1) * C * 4));
     a.halo_base = static_cast<const int32_t*>(meta(base.data(), base.size() * 4));
     launch_kernel(conv_halo_kernel, dim3(nj, grid.y, segs - 1), kConvThreads, 0, a, halo);
     a.halo = halo;
