@@ -12,3 +12,30 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R"
 [ -f /dev/shm/llama3.1-8b/config.json ] ||
   python3 scripts/make_random_model.py --shape llama3.1-8b --out /dev/shm/llama3.1-8b > /dev/null 2>&1 &
 M32=$!
+
+# The checks the packed binaries allow, run at once and appended to R: the contract under each
+# form ("MODE [ENV=V ...]", e.g. "bf16 TF_CUDA_POISON_SHARED=1") and tf_tests with the filter.
+#   card_checks FILTER FORM...
+card_checks() {
+  local filter=$1 i=0 pids=()
+  shift
+  rm -f "$OUT"/check_*.txt
+  if [ -x "$B"/tf_kernel_contract ]; then
+    for form in "$@"; do
+      i=$((i + 1))
+      ( mi=${form%% *}; envs=${form#"$mi"}
+        # shellcheck disable=SC2086
+        echo "contract $form: $(env $envs timeout 240 "$B"/tf_kernel_contract --matmul-input "$mi" 2>&1 |
+          grep -E 'SUMMARY|FAIL' | head -8)" > "$OUT/check_$i.txt" ) &
+      pids+=($!)
+    done
+  fi
+  if [ -x "$B"/tf_tests ]; then
+    ( echo "tf_tests on the card: $(TF_TEST_DEVICE=cuda timeout 240 "$B"/tf_tests --gtest_brief=1 --gtest_filter="$filter" 2>&1 |
+        grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' | head -12 | tr '\n' ' ')" > "$OUT/check_tests.txt" ) &
+    pids+=($!)
+  fi
+  [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
+  cat "$OUT"/check_*.txt >> "$R" 2> /dev/null
+  el
+}

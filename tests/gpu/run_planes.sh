@@ -10,24 +10,8 @@
 # the planes off; same_bits.py at 64 lanes against the planes off, where time is left (SAME_BY s).
 REPORT=planes.txt
 source "$(dirname "$0")/call_start.sh"
-i=0; P=()
-if [ -x "$B"/tf_kernel_contract ]; then
-  for form in "MI=bf16" "MI=bf16 TF_CUDA_POISON_SHARED=1" "MI=f32" "MI=bf16 TF_CUDA_PLANES=0"; do
-    i=$((i + 1))
-    ( mi=${form#MI=}; mi=${mi%% *}; envs=${form#MI=$mi}
-      echo "contract $form: $(env $envs timeout 150 "$B"/tf_kernel_contract --matmul-input "$mi" 2>&1 |
-        grep -E 'SUMMARY|FAIL' | head -8)" > "$OUT/pl_form$i.txt" ) &
-    P+=($!)
-  done
-fi
-if [ -x "$B"/tf_tests ]; then
-  ( echo "tf_tests on the card: $(TF_TEST_DEVICE=cuda timeout 200 "$B"/tf_tests --gtest_brief=1 \
-      --gtest_filter='MatmulInput.*:*Golden*:*Invariance*:*Graph*:*Moe*:*Recurrent*:*Nemotron*:*Qwen3Next*' 2>&1 |
-      grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' | head -12 | tr '\n' ' ')" > "$OUT/pl_tests.txt" ) &
-  P+=($!)
-fi
-[ ${#P[@]} -gt 0 ] && wait "${P[@]}"
-cat "$OUT"/pl_form*.txt "$OUT"/pl_tests.txt >> "$R" 2>/dev/null; el
+card_checks 'MatmulInput.*:*Golden*:*Invariance*:*Graph*:*Moe*:*Recurrent*:*Nemotron*:*Qwen3Next*' \
+  "bf16" "bf16 TF_CUDA_POISON_SHARED=1" "f32" "bf16 TF_CUDA_PLANES=0"
 echo "golden bf16: $(MATMUL_INPUT=bf16 timeout 120 python3 tests/gpu/golden_gpu.py "$B"/tensorfold 2>&1 | tail -1)" >> "$R"; el
 ARMS=("planes|TF_CUDA_PLANES=|$B/tensorfold|" "off|TF_CUDA_PLANES=0|$B/tensorfold|")
 for shape in ${AB_SHAPES:-llama3.1-8b}; do

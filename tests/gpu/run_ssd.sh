@@ -13,23 +13,8 @@ SHAPES="nemotron-3-nano-30b-a3b qwen3-30b-a3b qwen3-next-80b-a3b"
     [ -d /dev/shm/$s ] || python3 scripts/make_random_model.py --shape $s --layers 8 --sparse --out /dev/shm/$s
   done ) > /dev/null 2>&1 &
 MK=$!
-P=()
-if [ -x "$B"/tf_kernel_contract ]; then
-  for form in "bf16" "bf16 TF_CUDA_POISON_SHARED=1" "f32"; do
-    ( mi=${form%% *}; envs=${form#$mi}
-      echo "contract $form: $(env $envs timeout 240 "$B"/tf_kernel_contract --matmul-input "$mi" 2>&1 |
-        grep -E 'SUMMARY|FAIL' | head -8)" > "$OUT/ssd_c_${mi}_${#envs}.txt" ) &
-    P+=($!)
-  done
-fi
-if [ -x "$B"/tf_tests ]; then
-  ( echo "tf_tests on the card: $(TF_TEST_DEVICE=cuda timeout 240 "$B"/tf_tests --gtest_brief=1 \
-      --gtest_filter='*Nemotron*:*Qwen3Next*:*Recurrent*:*Moe*:*Invariance*:*Golden*' 2>&1 |
-      grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure' | head -12 | tr '\n' ' ')" > "$OUT/ssd_tests.txt" ) &
-  P+=($!)
-fi
-[ ${#P[@]} -gt 0 ] && wait "${P[@]}"
-cat "$OUT"/ssd_c_*.txt "$OUT"/ssd_tests.txt >> "$R" 2> /dev/null; el
+card_checks 'StatePool.*:*Nemotron*:*Qwen3Next*:*Recurrent*:*Moe*:*Invariance*:*Golden*' \
+  "bf16" "bf16 TF_CUDA_POISON_SHARED=1" "f32"
 wait $MK
 for s in $SHAPES; do
   echo "== profile $s --pp 4096" >> "$R"
