@@ -201,6 +201,9 @@ class Backend {
   virtual void free(Tensor& t) = 0;
   virtual void to_host(const Tensor& src, float* dst) = 0;
   virtual void from_host(const float* src, Tensor dst) = 0;
+  // dst = 0, as a new sequence's recurrent state starts (a device fills it on its own stream, no
+  // upload of host zeros).
+  virtual void zero(Tensor dst) = 0;
   // ids[j] = the token sampling.h's rule draws from row specs[j].row of logits (penalized by its
   // tokens in pens), on the backend, so rows need not leave the device; a row may have several specs.
   virtual void sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs,

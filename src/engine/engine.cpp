@@ -358,8 +358,7 @@ bool Engine::try_admit(const std::vector<Lane*>& lanes, Pending& p) {
       if (k == 0 && keep > 0) {
         backend_.from_host(snap->data(), state_slot(l.state));
       } else if (k == 0) {
-        if (zero_state_.empty()) zero_state_.assign(static_cast<size_t>(state_floats_), 0.0f);
-        backend_.from_host(zero_state_.data(), state_slot(l.state));
+        backend_.zero(state_slot(l.state));
       }
     }
     ++busy_;

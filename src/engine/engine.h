@@ -188,7 +188,6 @@ class Engine {
   int64_t state_floats_ = 0;  // per slot; 0: the model has no recurrent layers
   StatePool state_pool_;
   Tensor states_;             // [slots x state_floats_] backend memory
-  std::vector<float> zero_state_;
   // A round's logits, kept across rounds and page-locked by the backend for fast copies.
   std::vector<float> logits_;
   void* logits_pinned_ = nullptr;

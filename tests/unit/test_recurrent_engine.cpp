@@ -3,6 +3,8 @@
 // form (k positions of one lane in one round, with the states a rollback needs).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -53,6 +55,31 @@ TEST(StatePool, SizedForTheWorstCaseAndTheNextSlotIsTheLast) {
     EXPECT_THROW(pool.release(last), Error) << "a double release is caught";
     EXPECT_EQ(pool.alloc(), last) << "a returned slot is reused";
   }
+}
+
+// A new sequence's state slot is cleared by the backend's fill: that slot only, every value, NaN too.
+TEST(StatePool, ZeroClearsOneSlotAndNoOther) {
+  const char* device = std::getenv("TF_TEST_DEVICE");
+  auto be = make_backend(device && *device ? device : "cpu", 2);
+  const int64_t slots = 3, floats = 1037;
+  std::vector<float> v(static_cast<size_t>(slots * floats));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i % 7 == 3 ? std::nanf("") : 0.5f + static_cast<float>(i);
+  Tensor t = be->alloc(slots, floats);
+  be->from_host(v.data(), t);
+  be->zero(t.slice_rows(1, 1));
+  std::vector<float> got(v.size());
+  be->to_host(t, got.data());
+  for (int64_t s = 0; s < slots; ++s)
+    for (int64_t i = 0; i < floats; ++i) {
+      const size_t at = static_cast<size_t>(s * floats + i);
+      if (s == 1) {
+        const float zero = 0.0f;  // +0 exactly: -0 or a NaN left behind differ in their bits
+        ASSERT_EQ(std::memcmp(&got[at], &zero, 4), 0) << "slot 1 value " << i << " is " << got[at];
+      } else {
+        ASSERT_EQ(std::memcmp(&got[at], &v[at], 4), 0) << "slot " << s << " value " << i << " changed";
+      }
+    }
+  be->free(t);
 }
 
 TEST(RecurrentEngine, HybridFixturesExist) { EXPECT_GE(hybrid_fixtures().size(), 2u); }

@@ -139,6 +139,12 @@ void CpuBackend::from_host(const float* src, Tensor dst) {
   std::memcpy(dst.data, src, static_cast<size_t>(dst.rows * dst.cols) * sizeof(float));
 }
 
+void CpuBackend::zero(Tensor dst) {
+  check_tensor(dst, "zero", "dst");
+  if (dst.rows * dst.cols == 0) return;
+  std::memset(dst.data, 0, static_cast<size_t>(dst.rows * dst.cols) * sizeof(float));
+}
+
 std::unique_ptr<Weight> CpuBackend::load_weight(const TensorView& view) {
   const DType t = view.dtype;
   TF_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0,

@@ -63,6 +63,7 @@ class CpuBackend : public Backend {
   void sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs, const std::vector<PenaltyToken>& pens,
                    int32_t* ids) override;
   void from_host(const float* src, Tensor dst) override;
+  void zero(Tensor dst) override;
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;
   void kv_page_to_host(const KvStorage& kv, int page, void* dst) override;
   void kv_page_from_host(KvStorage& kv, int page, const void* src) override;

@@ -244,6 +244,16 @@ void CudaBackend::from_host(const float* src, Tensor dst) {
   upload_bytes(dst.data, src, static_cast<uint64_t>(dst.rows * dst.cols) * sizeof(float));
 }
 
+void CudaBackend::zero(Tensor dst) {
+  const ProfScope prof(*this, "zero", nullptr, dst.rows);
+  check_tensor(dst, "zero", "dst");
+  const auto n = static_cast<uint64_t>(dst.rows * dst.cols) * sizeof(float);
+  note_write();
+  graph_refuse();
+  if (n == 0) return;
+  TF_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, n, stream()), "zero of ", n, " bytes");
+}
+
 void CudaBackend::upload_bytes(void* dst, const void* src, uint64_t n) {
   note_write();
   graph_refuse();

@@ -118,6 +118,7 @@ class CudaBackend : public Backend {
   void free(Tensor& t) override;
   void to_host(const Tensor& src, float* dst) override;
   void from_host(const float* src, Tensor dst) override;
+  void zero(Tensor dst) override;
   void sample_rows(const Tensor& logits, const std::vector<SampleSpec>& specs, const std::vector<PenaltyToken>& pens,
                    int32_t* ids) override;
   std::unique_ptr<Weight> load_weight(const TensorView& view) override;

@@ -129,10 +129,11 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
   grid_launch_next();
   extern __shared__ float sm[];
   const int L = a.chunk, Kd = a.Kd, Vd = a.Vd, VT = a.vt, tid = threadIdx.x;
+  const int KS = Kd + 1;  // row stride of q and k: rows m of one column x fall in different banks
   const int warp = tid / 32, lane = tid % 32, nwarps = kChunkThreads / 32;
-  float* sK = sm;              // [L x Kd]
-  float* sQ = sK + L * Kd;     // [L x Kd]
-  float* sS = sQ + L * Kd;     // [Kd x VT]
+  float* sK = sm;              // [L x KS]
+  float* sQ = sK + L * KS;     // [L x KS]
+  float* sS = sQ + L * KS;     // [Kd x VT]
   float* sA = sS + Kd * VT;    // [L x L]
   float* sP = sA + L * L;      // [L x L]
   float* sR = sP + L * L;      // [L x VT]
@@ -164,8 +165,8 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
       }
       const float iq = 1.0f / sqrtf(warp_sum(ssq) + 1e-6f), ik = 1.0f / sqrtf(warp_sum(ssk) + 1e-6f);
       for (int i = lane; i < Kd; i += 32) {
-        sQ[t * Kd + i] = (qr[i] * iq) * a.scale;
-        sK[t * Kd + i] = kr[i] * ik;
+        sQ[t * KS + i] = (qr[i] * iq) * a.scale;
+        sK[t * KS + i] = kr[i] * ik;
       }
       if (lane == 0) {
         sg[t] = -Ah * softplus_f(a.a[r * a.lda + h] + bias);
@@ -181,8 +182,8 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
       float kk = 0.0f, qk = 0.0f;
       if (m <= i)
         for (int x = 0; x < Kd; ++x) {
-          kk = __fmaf_rn(sK[i * Kd + x], sK[m * Kd + x], kk);
-          qk = __fmaf_rn(sQ[i * Kd + x], sK[m * Kd + x], qk);
+          kk = __fmaf_rn(sK[i * KS + x], sK[m * KS + x], kk);
+          qk = __fmaf_rn(sQ[i * KS + x], sK[m * KS + x], qk);
         }
       const float dec = m <= i ? expf(sg[i] - sg[m]) : 0.0f;
       sA[i * L + m] = m < i ? -(sb[i] * kk) * dec : 0.0f;
@@ -203,8 +204,8 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
       const int i = e / VT, c = e % VT;
       float ks = 0.0f, qs = 0.0f;
       for (int x = 0; x < Kd; ++x) {
-        ks = __fmaf_rn(sK[i * Kd + x], sS[x * VT + c], ks);
-        qs = __fmaf_rn(sQ[i * Kd + x], sS[x * VT + c], qs);
+        ks = __fmaf_rn(sK[i * KS + x], sS[x * VT + c], ks);
+        qs = __fmaf_rn(sQ[i * KS + x], sS[x * VT + c], qs);
       }
       const float vv = c < nv ? a.v[(base + i) * a.ldv + vcol + c] : 0.0f;
       sR[e] = sb[i] * (vv - expf(sg[i]) * ks);
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
     for (int e = tid; e < Kd * VT; e += kChunkThreads) {
       const int x = e / VT, c = e % VT;
       float acc = 0.0f;
-      for (int m = 0; m < len; ++m) acc = __fmaf_rn(sK[m * Kd + x] * stmp[m], sN[m * VT + c], acc);
+      for (int m = 0; m < len; ++m) acc = __fmaf_rn(sK[m * KS + x] * stmp[m], sN[m * VT + c], acc);
       sS[e] = el * sS[e] + acc;
     }
     __syncthreads();
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
 }
 
 size_t chunk_smem(int L, int Kd, int vt) {
-  return (2 * static_cast<size_t>(L) * Kd + static_cast<size_t>(Kd) * vt + 2 * static_cast<size_t>(L) * L +
+  return (2 * static_cast<size_t>(L) * (Kd + 1) + static_cast<size_t>(Kd) * vt + 2 * static_cast<size_t>(L) * L +
           3 * static_cast<size_t>(L) * vt + 3 * static_cast<size_t>(L)) * 4;
 }
 

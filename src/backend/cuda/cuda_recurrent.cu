@@ -182,8 +182,9 @@ __global__ void conv_kernel(ConvArgs a) {
 #pragma unroll
   for (int i = 0; i < kMaxConvK; ++i) {
     const int q = t0 - H + i;  // the row hist[i] holds, relative to the sequence's first
-    const float* hl = a.halo ? a.halo + static_cast<int64_t>(a.halo_base[blockIdx.x] + blockIdx.z - 1) * H * a.C
-                             : nullptr;
+    const float* hl = a.halo && blockIdx.z > 0
+                          ? a.halo + static_cast<int64_t>(a.halo_base[blockIdx.x] + blockIdx.z - 1) * H * a.C
+                          : nullptr;
     hist[i] = i >= H ? 0.0f
               : q < 0 ? a.pool[j.src + (q + H) * a.C + c]
               : hl    ? hl[i * a.C + c]

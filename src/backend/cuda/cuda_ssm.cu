@@ -290,6 +290,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_scan_kernel(SsmArgs a, SsdChu
     const float* Gc = ch.G + (g * ch.rows + rb) * L;
     for (int r0 = 0; r0 < len; r0 += kSsdTile) {
       const int send = min(len, r0 + kSsdTile);  // columns s of W this pass needs
+#pragma unroll 4
       for (int e = tid; e < kSsdTile * send; e += kSsdThreads) {
         const int tl = e / send, s = e % send, t = r0 + tl;
         ws[tl * (L + 1) + s] = s <= t && t < len ? Gc[static_cast<int64_t>(t) * L + s] * (expf(cum[t] - cum[s]) * dtv[s])
@@ -305,6 +306,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_scan_kernel(SsmArgs a, SsdChu
         const float* hb = ha + HS;
         float o00 = 0.0f, o01 = 0.0f, o10 = 0.0f, o11 = 0.0f;  // C . h0 of rows a, b and channels 0, 1
         if (vec) {
+#pragma unroll 4
           for (int n = 0; n < N; n += 4) {
             const float4 u = *reinterpret_cast<const float4*>(ca + n), v = *reinterpret_cast<const float4*>(cb + n);
             const float4 x0 = *reinterpret_cast<const float4*>(ha + n), x1 = *reinterpret_cast<const float4*>(hb + n);
@@ -351,6 +353,7 @@ __global__ void __launch_bounds__(kSsdThreads) ssd_scan_kernel(SsmArgs a, SsdChu
     for (int it = tid; it < kSsdPt / 2 * quads; it += kSsdThreads) {
       const int pl = 2 * (it / quads), n = 4 * (it % quads);
       float acc0[4] = {}, acc1[4] = {};
+#pragma unroll 4
       for (int s = 0; s < len; ++s) {
         const float* bsr = a.B + (rb + s) * a.ldb + gN + n;
         float b4[4];
