@@ -184,7 +184,7 @@ int64_t run(Backend& gpu, const Shape& sh, std::mt19937& rng) {
   auto trial = [&](int i) {
     const auto* w = static_cast<const uint16_t*>(as_cuda(*ws[static_cast<size_t>(i % copies)], "trial").data);
     launch_kernel(split_x_kernel, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp, vec,
-                  planes, planes + M * Kp);
+                  planes, planes + M * Kp, nullptr, 1, nullptr, -1);
     SplitArgs sp = split;
     sp.part = part, sp.counters = counters;
     launch_kernel(kern, dim3(tiles, static_cast<unsigned>(sp.s)), 128, smem, planes,

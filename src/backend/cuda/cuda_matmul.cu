@@ -12,24 +12,36 @@ namespace tf::cuda {
 namespace mm {
 
 // hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is
-// null; one thread per 8 k, in k order.
+// null; one thread per 8 k, in k order. rows (set): plane row r is x row rows[r] / x_div. act >= 0:
+// the values are act(x) * x2 (x2 set) or act(x), as act_mul and activate compute them.
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
-                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo,
+                               const int32_t* __restrict__ rows, int x_div, const float* __restrict__ x2,
+                               int act) {
   grid_wait();
   grid_launch_next();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t groups = Kp / 8;
   if (i >= M * groups) return;
   const int64_t r = i / groups, k = (i % groups) * 8;
-  const float* row = x + r * K;
-  float v[8];
-  if (vec && k + 8 <= K) {
-    const float4 p = *reinterpret_cast<const float4*>(row + k);
-    const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
-    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
-  } else {
+  const int64_t xr = rows ? rows[r] / x_div : r;
+  float v[8], u[8];
+  auto load = [&](const float* row, float (&d)[8]) {
+    if (vec && k + 8 <= K) {
+      const float4 p = *reinterpret_cast<const float4*>(row + k);
+      const float4 q = *reinterpret_cast<const float4*>(row + k + 4);
+      d[0] = p.x, d[1] = p.y, d[2] = p.z, d[3] = p.w, d[4] = q.x, d[5] = q.y, d[6] = q.z, d[7] = q.w;
+    } else {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = k + e < K ? row[k + e] : 0.0f;
+      for (int e = 0; e < 8; ++e) d[e] = k + e < K ? row[k + e] : 0.0f;
+    }
+  };
+  load(x + xr * K, v);
+  if (act >= 0) {
+    if (x2) load(x2 + xr * K, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      v[e] = k + e >= K ? 0.0f : x2 ? act_value(act, v[e]) * u[e] : act_value(act, v[e]);
   }
   uint32_t h[4], l[4];
 #pragma unroll

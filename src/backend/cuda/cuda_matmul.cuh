@@ -332,9 +332,12 @@ __device__ __forceinline__ void cluster_slices(const float* part, int s, int64_t
 }
 
 // hi/lo [M][Kp] bf16 planes of x (Kp = K rounded up to 32; zero past K), or hi alone when lo is
-// null; one thread per 8 k (defined in cuda_matmul.cu).
+// null; one thread per 8 k. rows (set): plane row r is x row rows[r] / x_div; act >= 0: the values
+// are act(x) * x2 or act(x) (defined in cuda_matmul.cu).
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t Kp,
-                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo);
+                               bool vec, uint16_t* __restrict__ hi, uint16_t* __restrict__ lo,
+                               const int32_t* __restrict__ rows, int x_div, const float* __restrict__ x2,
+                               int act);
 
 // Splits x into the hi/lo planes of the many-row tiles, in the launch's scratch slot; returns hi
 // (lo follows it, M * Kp further on, where x_lo(be)).
@@ -353,7 +356,7 @@ inline uint16_t* split_x(CudaBackend& be, const Tensor& x, int64_t Kp) {
       be.buffer(kSlotSplitX, static_cast<uint64_t>(planes * M * Kp) * sizeof(uint16_t)));
   const bool vec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && K % 4 == 0;
   launch_kernel(split_x_kernel, grid_for(M * (Kp / 8), 256), 256, 0, x.data, M, K, Kp,
-                vec, hi, planes == 2 ? hi + M * Kp : nullptr);
+                vec, hi, planes == 2 ? hi + M * Kp : nullptr, nullptr, 1, nullptr, -1);
   // The slot now holds this x's planes alone.
   once.hi = keep ? hi : nullptr;
   return hi;
@@ -475,6 +478,24 @@ bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws)
 void launch_bf16_wgmma_many(CudaBackend& be, const Tensor& x,
                             const std::vector<const CudaWeight*>& ws,
                             const std::vector<const float*>& biases, const std::vector<Tensor>& ys);
+
+// An MoE layer's experts in one launch (kGroup): blockIdx.y is work item i of items (expert,
+// first list place, rows: items[3 i..]; items past *n_items do nothing) and blockIdx.z the weight
+// table, w[z] into y (z == 0) or y2. The item's rows are list places start.. of x's planes, and
+// its y rows list places start.. too, or pairs ymap[start + r] where ymap is set.
+struct WgGroup {
+  const int32_t* items = nullptr;
+  const int32_t* n_items = nullptr;
+  const ExpertPtr* w[2] = {};
+  float* y2 = nullptr;
+  const int32_t* ymap = nullptr;
+};
+
+// The expert items of g on the warpgroup tiles of `rows` (64 or 128) rows, x's planes [P][Kp] as
+// split_x makes them (list places in order), into y and g.y2 [.][N]; each pair gets the bits the
+// grouped few-row kernel gives it (cuda_matmul_wgmma.cu). BF16 weights, K % 8 == 0, wgmma_ready().
+void launch_bf16_wgmma_grouped(CudaBackend& be, const uint16_t* hi, int64_t P, int64_t K, const WgGroup& g,
+                               int tables, int max_items, int rows, float* y, int64_t N);
 
 // Few-row (M <= 16) matmul on the split sp (cuda_matmul_few.cu).
 void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,

@@ -25,6 +25,7 @@ struct WgMulti {
   unsigned blocks[kWgMulti];  // tiles times the slices that run as blocks
   SplitArgs sp[kWgMulti];
   int n = 0;
+  WgGroup g;
 };
 
 // TMA descriptors of a launch's operands (kTma): x's planes in boxes of the tile's rows, each
@@ -48,18 +49,37 @@ struct WgMaps {
 // kFixed (with kFull): each copy's row test and shared-memory place are set up once (fixed_copies).
 // kTma: one thread fills each stage by TMA boxes from maps (zeros past M, N or K), counted on the
 // stage's mbarrier, instead of every thread's cp.async copies.
+// kGroup: the launch runs ma.g's expert work items (WgGroup), each block folding its slices.
 template <int WG, int WN, int BN, int ST, bool kGrid, bool kMulti = false, bool kXLo = true, int NA = 1,
-          bool kFull = false, bool kYTot = false, bool kFixed = false, bool kTma = false>
+          bool kFull = false, bool kYTot = false, bool kFixed = false, bool kTma = false, bool kGroup = false>
 __global__ void __launch_bounds__(WG * WN * 128, 1)
     wg_matmul(const uint16_t* __restrict__ xh, const uint16_t* __restrict__ xl, int64_t M,
               int64_t K, int64_t Kp, const uint16_t* __restrict__ w,
               const float* __restrict__ bias, float* __restrict__ y, int64_t N, SplitArgs sp,
               WgMulti ma, const __grid_constant__ WgMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!kGroup || (!kGrid && !kMulti && !kTma), "expert items fold their slices and copy by cp.async");
   grid_wait();
   grid_launch_next();
   unsigned bx = blockIdx.x, bz = blockIdx.z, tiles_x = gridDim.x;
   int oi = 0;
+  int64_t m0 = static_cast<int64_t>(blockIdx.y) * (64 * WG);
+  const int32_t* ymap = nullptr;
+  if constexpr (kGroup) {
+    const int item = static_cast<int>(blockIdx.y);
+    if (item >= *ma.g.n_items) return;
+    const int64_t start = ma.g.items[3 * item + 1];
+    M = ma.g.items[3 * item + 2];
+    w = static_cast<const uint16_t*>(ma.g.w[bz][ma.g.items[3 * item]].data);
+    xh += start * Kp;
+    if (kXLo) xl += start * Kp;
+    if (bz) y = ma.g.y2;
+    if (ma.g.ymap) ymap = ma.g.ymap + start;
+    else y += start * N;
+    m0 = 0;
+  }
+  // Row r's place in y (an item's pair where it has a row map).
+  auto yrow = [&](int64_t r) { return y + (kGroup && ymap ? static_cast<int64_t>(ymap[r]) : r) * N; };
   if constexpr (kMulti) {
     int i = 0;
     while (i + 1 < ma.n && bx >= ma.blocks[i]) bx -= ma.blocks[i], ++i;
@@ -76,7 +96,6 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
   uint16_t* smem = smem_raw + (1024 - base % 1024) % 1024 / 2;
   const int tid = threadIdx.x, wg = tid / 128 / WN, wn = tid / 128 % WN, warp = tid % 128 / 32;
   const int lane = tid % 32;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM;
   const int64_t n0 = static_cast<int64_t>(bx) * BN;
   const int64_t r0 = m0 + 64 * wg + 16 * warp + lane / 4, c0 = n0 + NB * wn + 2 * (lane % 4);
   int64_t kbeg, kend;
@@ -245,15 +264,16 @@ __global__ void __launch_bounds__(WG * WN * 128, 1)
       if (last) {
         for_each_acc<1, NB / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
           const float v = tot[4 * j + e];
-          if (r < M && c < N) y[r * N + c] = bias ? __fadd_rn(v, bias[c]) : v;
+          if (r < M && c < N) yrow(r)[c] = bias ? __fadd_rn(v, bias[c]) : v;
         });
       }
     } else {
       for_each_acc<1, NB / 8>(r0, c0, [&](int, int j, int e, int64_t r, int64_t c) {
         if (r < M && c < N) {
-          float v = have_tot ? __fadd_rn(y[r * N + c], acc[4 * j + e]) : acc[4 * j + e];
+          float* yr = yrow(r);
+          float v = have_tot ? __fadd_rn(yr[c], acc[4 * j + e]) : acc[4 * j + e];
           if (last && bias) v = __fadd_rn(v, bias[c]);
-          y[r * N + c] = v;
+          yr[c] = v;
         }
         acc[4 * j + e] = 0.0f;
       });

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_hopper.cuh"
+#include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_util.cuh"
 
 namespace tf::cuda {
@@ -25,8 +27,8 @@ constexpr int kMaxK = 32;
 constexpr int kRowsPerItem = 16;  // rows of one grouped-matmul work item (the skinny kernel's M)
 constexpr int kRouteOneBlockRows = 64;  // rows one routing block takes (8 a warp); more use a grid
 
-enum Slot { kIdx = kSlotMoe, kWeight, kOrder, kItems, kGate, kUp, kDown };
-static_assert(kDown < kSlotMoe + kSlotMoeCount, "the MoE layer has at most eight buffer slots");
+enum Slot { kIdx = kSlotMoe, kWeight, kOrder, kItems, kGate, kUp, kDown, kPlane };
+static_assert(kPlane < kSlotMoe + kSlotMoeCount, "the MoE layer has at most eight buffer slots");
 
 constexpr int kPerLane = kMaxExperts / 32;
 
@@ -234,8 +236,8 @@ __device__ int block_scan(int32_t* a, int n) {
 }
 
 // Pairs (row * k + rank) listed by expert, rows ascending within an expert, and the work items of
-// at most kRowsPerItem pairs each, items in expert order; run by one whole block of kRouteThreads.
-__device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, int32_t* items,
+// at most rpi pairs each, items in expert order; run by one whole block of kRouteThreads.
+__device__ void moe_lists(const int32_t* idx, int pairs, int E, int rpi, int32_t* order, int32_t* items,
                           int32_t* n_items) {
   // cnt and first, once the items are written, hold the tiles' per-warp counts (wcnt).
   __shared__ int32_t off[kMaxExperts], cnt_first[2 * kMaxExperts];
@@ -247,16 +249,16 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     off[e] = cnt[e];
-    first[e] = (cnt[e] + kRowsPerItem - 1) / kRowsPerItem;
+    first[e] = (cnt[e] + rpi - 1) / rpi;
   }
   __syncthreads();
   block_scan(off, E);
   const int total = block_scan(first, E);
   for (int e = threadIdx.x; e < E; e += blockDim.x)
-    for (int s = 0, it = first[e]; s < cnt[e]; s += kRowsPerItem, ++it) {
+    for (int s = 0, it = first[e]; s < cnt[e]; s += rpi, ++it) {
       items[3 * it] = e;
       items[3 * it + 1] = off[e] + s;
-      items[3 * it + 2] = min(kRowsPerItem, cnt[e] - s);
+      items[3 * it + 2] = min(rpi, cnt[e] - s);
     }
   // Pairs in tiles of the block, in order: a pair's place is its expert's next free one plus the
   // pairs of that expert before it in the tile (earlier warps' counts, then the lanes below it).
@@ -290,7 +292,7 @@ __device__ void moe_lists(const int32_t* idx, int pairs, int E, int32_t* order, 
 
 // moe_lists for at most 32 pairs by one warp: lane p holds pair p's expert; its place in order
 // counts the pairs before it by (expert, pair), and an expert's first pair writes its items.
-__device__ void warp_lists(const int32_t* idx, int pairs, int32_t* order, int32_t* items, int32_t* n_items) {
+__device__ void warp_lists(const int32_t* idx, int pairs, int rpi, int32_t* order, int32_t* items, int32_t* n_items) {
   const int lane = threadIdx.x % 32;
   const int e = lane < pairs ? idx[lane] : INT_MAX;
   int below = 0, same = 0, same_before = 0;
@@ -301,7 +303,7 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int32_t* order, int32_
     same_before += eq == e && q < lane;
   }
   const bool first = lane < pairs && same_before == 0;
-  const int mine = first ? (same + kRowsPerItem - 1) / kRowsPerItem : 0;
+  const int mine = first ? (same + rpi - 1) / rpi : 0;
   int item = 0, total = 0;
   for (int q = 0; q < pairs; ++q) {
     const int eq = __shfl_sync(0xffffffffu, e, q), cq = __shfl_sync(0xffffffffu, mine, q);
@@ -310,10 +312,10 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int32_t* order, int32_
   }
   if (lane < pairs) order[below + same_before] = lane;
   if (first)
-    for (int s = 0; s < same; s += kRowsPerItem, ++item) {
+    for (int s = 0; s < same; s += rpi, ++item) {
       items[3 * item] = e;
       items[3 * item + 1] = below + s;
-      items[3 * item + 2] = min(kRowsPerItem, same - s);
+      items[3 * item + 2] = min(rpi, same - s);
     }
   if (lane == 0) *n_items = total;
 }
@@ -328,7 +330,7 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int32_t* order, int32_
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* logits, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
-                                 float* w, int32_t* order, int32_t* items, int32_t* n_items,
+                                 float* w, int32_t* order, int rpi, int32_t* items, int32_t* n_items,
                                  bool lists, bool rank) {
   extern __shared__ float scores[];
   __shared__ int32_t few_idx[32];  // the pairs' experts when they number at most 32, for warp_lists
@@ -378,17 +380,17 @@ __global__ void moe_route_kernel(const float* logits, const float* bias, int row
   if (!lists) return;
   __syncthreads();  // the block's writes of idx are seen by all its threads after this
   if (few) {
-    if (threadIdx.x < 32) warp_lists(few_idx, rows * k, order, items, n_items);
+    if (threadIdx.x < 32) warp_lists(few_idx, rows * k, rpi, order, items, n_items);
   } else {
-    moe_lists(idx, rows * k, n, order, items, n_items);
+    moe_lists(idx, rows * k, n, rpi, order, items, n_items);
   }
 }
 
-__global__ void moe_lists_kernel(const int32_t* idx, int pairs, int n, int32_t* order,
+__global__ void moe_lists_kernel(const int32_t* idx, int pairs, int n, int rpi, int32_t* order,
                                  int32_t* items, int32_t* n_items) {
   grid_wait();
   grid_launch_next();
-  moe_lists(idx, pairs, n, order, items, n_items);
+  moe_lists(idx, pairs, n, rpi, order, items, n_items);
 }
 
 // out[r][c] = 0 + w * down[pair][c] over the row's pairs in increasing expert index: block
@@ -440,6 +442,21 @@ bool moe_early() {
 bool route_rank() {
   static const bool on = !env_zero("TF_CUDA_ROUTE_RANK");
   return on;
+}
+
+// The rows of the warpgroup tiles a layer's expert matmuls take: 128 or 64 where BF16 experts
+// average that many pairs or more (a prefill chunk's), else 0, the few-row kernel's items of
+// kRowsPerItem. TF_CUDA_MOE_WG=0: never; =64|128: that tile wherever it can run (side-by-side
+// timing and checks). Either kernel gives a pair the same bits.
+int moe_wg_rows(DType dt, int64_t pairs, int64_t E, int64_t H, int64_t I) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_MOE_WG");
+    return e ? std::atoi(e) : -1;
+  }();
+  if (forced == 0 || dt != DType::BF16 || H % 8 != 0 || I % 8 != 0 || !wgmma_ready()) return 0;
+  if (forced == 64 || forced == 128) return forced;
+  const int64_t avg = pairs / E;
+  return avg >= 128 ? 128 : avg >= 48 ? 64 : 0;
 }
 
 }  // namespace
@@ -531,7 +548,9 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
              " groups, k ", route.k);
   const int64_t m = x.rows, k = route.k, P = m * k;
   if (m == 0) return true;
-  const int64_t max_items = P / kRowsPerItem + std::min<int64_t>(E, P);
+  const int wg_rows = moe_wg_rows(dt, P, E, H, I);
+  const int rpi = wg_rows ? wg_rows : kRowsPerItem;
+  const int64_t max_items = P / rpi + std::min<int64_t>(E, P);
   if (2 * max_items > 65535) return false;  // more work items than one launch takes
 
   auto* idx = static_cast<int32_t*>(buffer(kIdx, static_cast<uint64_t>(P) * 4));
@@ -556,15 +575,15 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
       }
       launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits.data, bias, nm, nE,
                     route.n_group, route.topk_group, route.k, route.norm, route.scale, idx, wts,
-                    order, items, items + 3 * max_items, one_block,
+                    order, rpi, items, items + 3 * max_items, one_block,
                     rank_one && route.topk_group >= route.n_group);
     } else {
       launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits.data, nullptr, nm, nE,
-                    1, 1, route.k, route.norm, 1.0f, idx, wts, order, items, items + 3 * max_items,
+                    1, 1, route.k, route.norm, 1.0f, idx, wts, order, rpi, items, items + 3 * max_items,
                     one_block, rank_one);
     }
     if (!one_block)
-      launch_kernel(moe_lists_kernel, 1, kRouteThreads, 0, idx, static_cast<int>(P), nE, order,
+      launch_kernel(moe_lists_kernel, 1, kRouteThreads, 0, idx, static_cast<int>(P), nE, rpi, order,
                     items, items + 3 * max_items);
     check_launch(op);
   }
@@ -573,30 +592,63 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   auto* gbuf = static_cast<float*>(buffer(kGate, static_cast<uint64_t>(P * I) * 4));
   auto* ubuf = static_cast<float*>(buffer(kUp, static_cast<uint64_t>(P * I) * 4));
   auto* dbuf = static_cast<float*>(buffer(kDown, static_cast<uint64_t>(P * H) * 4));
-  GroupedRows gr;
-  gr.items = items;
-  gr.n_items = items + 3 * max_items;
-  gr.order = order;
-  gr.max_items = static_cast<int>(max_items);
-  gr.rows_max = static_cast<int>(std::min<int64_t>(kRowsPerItem, m));
-  gr.pairs = P;
-  gr.x_div = static_cast<int>(k);
-  gr.w = gated ? ptrs : ptrs + E;
-  if (gated) gr.w2 = ptrs + E, gr.y2 = ubuf;
-  {
-    const ProfScope ps(*this, gated ? "moe gate+up" : "moe up", nullptr, m);
-    matmul_grouped(x.data, H, gr, dt, I, gated ? gbuf : ubuf);
-  }
-  // Down reads act(gate) * up (or act(up)) as it splits its x, as act_mul and activate compute it.
-  GroupedRows gd = gr;
-  gd.w = ptrs + 2 * E, gd.w2 = nullptr, gd.y2 = nullptr, gd.x_div = 1;
-  gd.act = act_code(ex.act);
-  gd.x2 = gated ? ubuf : nullptr;
-  // Routing wrote the items before gate + up ran, so down's first weight loads need not wait.
-  gd.items_early = moe_early();
-  {
-    const ProfScope ps(*this, "moe down", nullptr, m);
-    matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
+  if (wg_rows) {
+    // x's rows in list order as split_x's planes, gate and up into list places, act(gate) * up
+    // (or act(up)) split likewise, and down into the pairs' rows: the warpgroup tiles' operands.
+    const int planes = mm::x_lo(*this) ? 2 : 1;
+    const int64_t Hp = (H + 31) / 32 * 32, Ip = (I + 31) / 32 * 32;
+    auto* plane = static_cast<uint16_t*>(buffer(kPlane, static_cast<uint64_t>(planes * P * std::max(Hp, Ip)) * 2));
+    auto split_rows = [&](const float* src, int64_t K, const int32_t* rows, int x_div, const float* x2, int act) {
+      const int64_t Kp = (K + 31) / 32 * 32;
+      const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(x2) % 16 == 0;
+      launch_kernel(mm::split_x_kernel, grid_for(P * (Kp / 8), 256), 256, 0, src, P, K, Kp, vec, plane,
+                    planes == 2 ? plane + P * Kp : nullptr, rows, x_div, x2, act);
+    };
+    mm::WgGroup g;
+    g.items = items;
+    g.n_items = items + 3 * max_items;
+    const int items_max = static_cast<int>(max_items);
+    {
+      const ProfScope ps(*this, gated ? "moe gate+up" : "moe up", nullptr, m);
+      split_rows(x.data, H, order, static_cast<int>(k), nullptr, -1);
+      g.w[0] = gated ? ptrs : ptrs + E;
+      if (gated) g.w[1] = ptrs + E, g.y2 = ubuf;
+      mm::launch_bf16_wgmma_grouped(*this, plane, P, H, g, gated ? 2 : 1, items_max, wg_rows, gated ? gbuf : ubuf, I);
+    }
+    {
+      const ProfScope ps(*this, "moe down", nullptr, m);
+      split_rows(gated ? gbuf : ubuf, I, nullptr, 1, gated ? ubuf : nullptr, act_code(ex.act));
+      g.w[0] = ptrs + 2 * E, g.w[1] = nullptr, g.y2 = nullptr, g.ymap = order;
+      mm::launch_bf16_wgmma_grouped(*this, plane, P, I, g, 1, items_max, wg_rows, dbuf, H);
+    }
+    check_launch(op);
+  } else {
+    GroupedRows gr;
+    gr.items = items;
+    gr.n_items = items + 3 * max_items;
+    gr.order = order;
+    gr.max_items = static_cast<int>(max_items);
+    gr.rows_max = static_cast<int>(std::min<int64_t>(kRowsPerItem, m));
+    gr.pairs = P;
+    gr.x_div = static_cast<int>(k);
+    gr.w = gated ? ptrs : ptrs + E;
+    if (gated) gr.w2 = ptrs + E, gr.y2 = ubuf;
+    {
+      const ProfScope ps(*this, gated ? "moe gate+up" : "moe up", nullptr, m);
+      matmul_grouped(x.data, H, gr, dt, I, gated ? gbuf : ubuf);
+    }
+    // Down reads act(gate) * up (or act(up)) as it splits its x, as act_mul and activate compute it.
+    GroupedRows gd = gr;
+    gd.w = ptrs + 2 * E, gd.w2 = nullptr, gd.y2 = nullptr, gd.x_div = 1;
+    gd.act = act_code(ex.act);
+    gd.x2 = gated ? ubuf : nullptr;
+    // Routing wrote the items before gate + up ran, so down's first weight loads need not wait.
+    gd.items_early = moe_early();
+    {
+      const ProfScope ps(*this, "moe down", nullptr, m);
+      matmul_grouped(gated ? gbuf : ubuf, I, gd, dt, H, dbuf);
+    }
   }
   const ProfScope ps(*this, "moe combine", nullptr, m);
   const dim3 cgrid(grid_for(H, 256), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
