@@ -389,9 +389,9 @@ std::vector<MoeCase> moe_kernel_cases() {
   add(spec(DType::BF16, 256, 96, 128, 8, true, Act::SiLU), 24, 112);
   // A prefill's routing: pairs over several of the listing block's tiles, experts in many warps.
   add(spec(DType::BF16, 64, 48, 128, 8, true, Act::SiLU), 300, 113);
-  // A prefill chunk's experts: 150 pairs an expert take the warpgroup tiles of 128 rows, 75 (at
-  // M / 2) those of 64 and the small batches the few-row items, a pair's bits the same in each;
-  // down's K of 520 ends inside a stage.
+  // A prefill chunk's experts: 150 pairs an expert (and 75 at M / 2) take the warpgroup tiles, the
+  // small batches the few-row items, a pair's bits the same in each; down's K of 520 ends inside a
+  // stage.
   add(spec(DType::BF16, 1024, 520, 8, 2, true, Act::SiLU), 600, 114);
   // Nemotron-H's kind (no gate, squared ReLU, sigmoid routing) on the warpgroup tiles.
   MoeSpec nemo_wg = spec(DType::BF16, 512, 384, 16, 6, false, Act::Relu2);

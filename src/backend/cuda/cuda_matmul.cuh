@@ -491,11 +491,14 @@ struct WgGroup {
   const int32_t* ymap = nullptr;
 };
 
-// The expert items of g on the warpgroup tiles of `rows` (64 or 128) rows, x's planes [P][Kp] as
-// split_x makes them (list places in order), into y and g.y2 [.][N]; each pair gets the bits the
+// Rows of an expert work item on the warpgroup tiles (tile a's 128 x 128 blocks).
+constexpr int kWgGroupRows = 128;
+
+// The expert items of g (at most kWgGroupRows rows each) on the warpgroup tiles, x's planes [P][Kp]
+// as split_x makes them (list places in order), into y and g.y2 [.][N]; each pair gets the bits the
 // grouped few-row kernel gives it (cuda_matmul_wgmma.cu). BF16 weights, K % 8 == 0, wgmma_ready().
 void launch_bf16_wgmma_grouped(CudaBackend& be, const uint16_t* hi, int64_t P, int64_t K, const WgGroup& g,
-                               int tables, int max_items, int rows, float* y, int64_t N);
+                               int tables, int max_items, float* y, int64_t N);
 
 // Few-row (M <= 16) matmul on the split sp (cuda_matmul_few.cu).
 void launch_few_rows(CudaBackend& be, const Tensor& x, const CudaWeight& w, const float* bias,

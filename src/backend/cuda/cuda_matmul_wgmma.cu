@@ -344,46 +344,41 @@ bool wgmma_many_takes(const Tensor& x, const std::vector<const CudaWeight*>& ws)
 
 namespace {
 
-// One launch of an MoE layer's expert items (WgGroup) on tiles of 64 WG rows and 128 columns,
-// each block walking its slices: the stages of tile a (WG 2) or b (WG 1).
-template <int WG, bool kXLo>
+// One launch of an MoE layer's expert items (WgGroup) on tile a's stages, 128 x 128 blocks that
+// walk their slices.
+template <bool kXLo>
 void launch_group_tile(const uint16_t* hi, int64_t P, int64_t K, int64_t Kp, const WgGroup& g, int tables,
                        int max_items, float* y, int64_t N, const SplitArgs& sp) {
-  constexpr int BN = 128, ST = WG == 2 ? (kXLo ? 4 : 6) : (kXLo ? 6 : 8);
+  constexpr int WG = kWgGroupRows / 64, BN = 128, ST = kXLo ? 4 : 6;
   constexpr int kSmem = wg_smem(WG, BN, ST, kXLo);
   with_full<1>(K, [&](auto full) {
-    constexpr bool kFull = decltype(full)::value;
-    with_flag<kFull>(fixed_copies(tile_letter(WG, 1)), [&](auto fixed) {
-      static bool raised = false;  // one attribute call per instantiation
-      auto kern = wg_matmul<WG, 1, BN, ST, false, false, kXLo, 1, kFull, false, decltype(fixed)::value, false, true>;
-      if (!raised) {
-        TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                      "matmul: shared memory limit");
-        raised = true;
-      }
-      WgMulti ma{};
-      ma.g = g;
-      const dim3 grid(static_cast<unsigned>((N + BN - 1) / BN), static_cast<unsigned>(max_items),
-                      static_cast<unsigned>(tables));
-      launch_kernel_whole(kern, grid, WG * 128, kSmem, hi, kXLo ? hi + P * Kp : nullptr, int64_t{0}, K, Kp,
-                          nullptr, nullptr, y, N, sp, ma, WgMaps{});
-    });
+    static bool raised = false;  // one attribute call per instantiation
+    auto kern = wg_matmul<WG, 1, BN, ST, false, false, kXLo, 1, decltype(full)::value, false, false, false, true>;
+    if (!raised) {
+      TF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                    "matmul: shared memory limit");
+      raised = true;
+    }
+    WgMulti ma{};
+    ma.g = g;
+    const dim3 grid(static_cast<unsigned>((N + BN - 1) / BN), static_cast<unsigned>(max_items),
+                    static_cast<unsigned>(tables));
+    launch_kernel_whole(kern, grid, WG * 128, kSmem, hi, kXLo ? hi + P * Kp : nullptr, int64_t{0}, K, Kp, nullptr,
+                        nullptr, y, N, sp, ma, WgMaps{});
   });
 }
 
 }  // namespace
 
 void launch_bf16_wgmma_grouped(CudaBackend& be, const uint16_t* hi, int64_t P, int64_t K, const WgGroup& g,
-                               int tables, int max_items, int rows, float* y, int64_t N) {
-  TF_CHECK((rows == 64 || rows == 128) && tables >= 1 && tables <= 2 && max_items >= 1 && max_items <= 65535,
-           "matmul_grouped: ", max_items, " items of ", rows, " rows");
+                               int tables, int max_items, float* y, int64_t N) {
+  TF_CHECK(tables >= 1 && tables <= 2 && max_items >= 1 && max_items <= 65535,
+           "matmul_grouped: ", max_items, " items of ", tables, " weight tables");
   const int64_t Kp = (K + 31) / 32 * 32;
   // The grouped few-row kernel's split: a pair's bits do not follow which kernel took its item.
   const SplitArgs sp = split_for(K, N);
   with_xlo(be, [&](auto xlo) {
-    constexpr bool L = decltype(xlo)::value;
-    if (rows == 128) launch_group_tile<2, L>(hi, P, K, Kp, g, tables, max_items, y, N, sp);
-    else launch_group_tile<1, L>(hi, P, K, Kp, g, tables, max_items, y, N, sp);
+    launch_group_tile<decltype(xlo)::value>(hi, P, K, Kp, g, tables, max_items, y, N, sp);
   });
 }
 

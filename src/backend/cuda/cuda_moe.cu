@@ -444,19 +444,14 @@ bool route_rank() {
   return on;
 }
 
-// The rows of the warpgroup tiles a layer's expert matmuls take: 128 or 64 where BF16 experts
-// average that many pairs or more (a prefill chunk's), else 0, the few-row kernel's items of
-// kRowsPerItem. TF_CUDA_MOE_WG=0: never; =64|128: that tile wherever it can run (side-by-side
-// timing and checks). Either kernel gives a pair the same bits.
-int moe_wg_rows(DType dt, int64_t pairs, int64_t E, int64_t H, int64_t I) {
-  static const int forced = [] {
-    const char* e = std::getenv("TF_CUDA_MOE_WG");
-    return e ? std::atoi(e) : -1;
-  }();
-  if (forced == 0 || dt != DType::BF16 || H % 8 != 0 || I % 8 != 0 || !wgmma_ready()) return 0;
-  if (forced == 64 || forced == 128) return forced;
-  const int64_t avg = pairs / E;
-  return avg >= 128 ? 128 : avg >= 48 ? 64 : 0;
+// Whether a layer's expert matmuls run on the warpgroup tiles' 128-row items: BF16 experts that
+// average 12 pairs or more (a prefill chunk's; a decode round's few rows keep the few-row kernel's
+// items of kRowsPerItem). TF_CUDA_MOE_WG=0: never; =1: wherever they can run (side-by-side timing
+// and checks). Either kernel gives a pair the same bits.
+bool moe_wg(DType dt, int64_t pairs, int64_t E, int64_t H, int64_t I) {
+  static const int forced = env_switch("TF_CUDA_MOE_WG");
+  if (forced == 0 || dt != DType::BF16 || H % 8 != 0 || I % 8 != 0 || !wgmma_ready()) return false;
+  return forced == 1 || pairs >= 12 * E;
 }
 
 }  // namespace
@@ -548,8 +543,8 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
              " groups, k ", route.k);
   const int64_t m = x.rows, k = route.k, P = m * k;
   if (m == 0) return true;
-  const int wg_rows = moe_wg_rows(dt, P, E, H, I);
-  const int rpi = wg_rows ? wg_rows : kRowsPerItem;
+  const bool wg = moe_wg(dt, P, E, H, I);
+  const int rpi = wg ? mm::kWgGroupRows : kRowsPerItem;
   const int64_t max_items = P / rpi + std::min<int64_t>(E, P);
   if (2 * max_items > 65535) return false;  // more work items than one launch takes
 
@@ -592,7 +587,7 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
   auto* gbuf = static_cast<float*>(buffer(kGate, static_cast<uint64_t>(P * I) * 4));
   auto* ubuf = static_cast<float*>(buffer(kUp, static_cast<uint64_t>(P * I) * 4));
   auto* dbuf = static_cast<float*>(buffer(kDown, static_cast<uint64_t>(P * H) * 4));
-  if (wg_rows) {
+  if (wg) {
     // x's rows in list order as split_x's planes, gate and up into list places, act(gate) * up
     // (or act(up)) split likewise, and down into the pairs' rows: the warpgroup tiles' operands.
     const int planes = mm::x_lo(*this) ? 2 : 1;
@@ -614,13 +609,13 @@ bool CudaBackend::moe_experts(const Tensor& x, const Tensor& logits, const MoeRo
       split_rows(x.data, H, order, static_cast<int>(k), nullptr, -1);
       g.w[0] = gated ? ptrs : ptrs + E;
       if (gated) g.w[1] = ptrs + E, g.y2 = ubuf;
-      mm::launch_bf16_wgmma_grouped(*this, plane, P, H, g, gated ? 2 : 1, items_max, wg_rows, gated ? gbuf : ubuf, I);
+      mm::launch_bf16_wgmma_grouped(*this, plane, P, H, g, gated ? 2 : 1, items_max, gated ? gbuf : ubuf, I);
     }
     {
       const ProfScope ps(*this, "moe down", nullptr, m);
       split_rows(gated ? gbuf : ubuf, I, nullptr, 1, gated ? ubuf : nullptr, act_code(ex.act));
       g.w[0] = ptrs + 2 * E, g.w[1] = nullptr, g.y2 = nullptr, g.ymap = order;
-      mm::launch_bf16_wgmma_grouped(*this, plane, P, I, g, 1, items_max, wg_rows, dbuf, H);
+      mm::launch_bf16_wgmma_grouped(*this, plane, P, I, g, 1, items_max, dbuf, H);
     }
     check_launch(op);
   } else {
