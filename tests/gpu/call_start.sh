@@ -39,3 +39,13 @@ card_checks() {
   cat "$OUT"/check_*.txt >> "$R" 2> /dev/null
   el
 }
+
+# Writes 8 layers of each named shape's random sparse weights to /dev/shm in the background where
+# missing; MK is the writer's pid.
+#   make_models SHAPE...
+make_models() {
+  ( for s in "$@"; do
+      [ -d "/dev/shm/$s" ] || python3 scripts/make_random_model.py --shape "$s" --layers 8 --sparse --out "/dev/shm/$s"
+    done ) > /dev/null 2>&1 &
+  MK=$!
+}

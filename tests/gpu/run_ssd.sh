@@ -9,10 +9,7 @@ REPORT=ssd.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
 SHAPES="nemotron-3-nano-30b-a3b qwen3-30b-a3b qwen3-next-80b-a3b"
-( for s in $SHAPES; do
-    [ -d /dev/shm/$s ] || python3 scripts/make_random_model.py --shape $s --layers 8 --sparse --out /dev/shm/$s
-  done ) > /dev/null 2>&1 &
-MK=$!
+make_models $SHAPES
 card_checks 'StatePool.*:*Nemotron*:*Qwen3Next*:*Recurrent*:*Moe*:*Invariance*:*Golden*' \
   "bf16" "bf16 TF_CUDA_POISON_SHARED=1" "f32"
 wait $MK
