@@ -94,7 +94,8 @@ inline int act_code(Act act) {
 }
 
 // The owners of CudaBackend::buffer's slots: the MoE layer's eight, matmul's split x, sampling's
-// ids, weights and penalized rows, rope's cos/sin table, the in-place conv's halo, the SSD scan's C.B.
+// ids, weights and penalized rows, rope's cos/sin table, the in-place conv's halo, the SSD scan's C.B,
+// the gated delta's prepared chunks.
 enum BufferSlot : int {
   kSlotMoe = 0,
   kSlotMoeCount = 8,
@@ -104,7 +105,8 @@ enum BufferSlot : int {
   kSlotSamplePenalized,
   kSlotRope,
   kSlotConvHalo,
-  kSlotSsm
+  kSlotSsm,
+  kSlotDelta
 };
 
 class CudaBackend : public Backend {

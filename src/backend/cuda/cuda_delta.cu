@@ -1,4 +1,5 @@
-// Gated DeltaNet on the GPU: the step (recurrent) form and the chunked (WY) form.
+// Gated DeltaNet on the GPU: the step (recurrent) form and the chunked (WY) form in one kernel
+// (cuda_delta_tiled.cu holds the chunked form on register tiles, for the real models' shapes).
 //
 // Order rule: the state's v columns evolve independently, so a block takes one sequence, one v
 // head and one tile of v columns; every sum runs in one fixed order that depends only on the
@@ -7,6 +8,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_delta.cuh"
 #include "backend/cuda/cuda_state.cuh"
 #include "backend/cuda/cuda_util.cuh"
 
@@ -18,28 +20,12 @@ constexpr int kStepThreads = 128;
 constexpr int kStepBatch = 16;  // state loads a step thread sends before using them
 constexpr int kChunkThreads = 256;
 
-__device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
-
 // Column c's state rows i0 .. i0 + kStepBatch - 1 (zero past Kd), every load sent before any use.
 __device__ __forceinline__ void load_state(float (&sv)[kStepBatch], const float* S, int i0, int Kd, int Vd,
                                            int c) {
 #pragma unroll
   for (int u = 0; u < kStepBatch; ++u) sv[u] = i0 + u < Kd ? S[static_cast<int64_t>(i0 + u) * Vd + c] : 0.0f;
 }
-
-struct DeltaArgs {
-  const float *q, *k, *v, *a, *b;
-  int64_t ldq, ldk, ldv, lda, ldb;
-  const float *A_log, *dt_bias;
-  float* pool;
-  float* keep_pool;
-  const SeqJob* jobs;
-  const int64_t* keep;
-  float* y;
-  int64_t ldy;
-  int hv_per_k, Kd, Vd, chunk, vt;
-  float scale;
-};
 
 // Step form: per row, warp 0 makes the 1/|q|, 1/|k|, exp(g) and beta; thread per v column:
 // S = exp(g) S; kv = S^T k; S += k beta (v - kv); y = S^T q, sums over k in order.
@@ -293,7 +279,10 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
                   kStepThreads, smem, args);
     check_launch(op);
   }
-  if (!jobs.chunked.empty()) {
+  if (!jobs.chunked.empty() && delta_tiled_takes(p.k_dim, p.chunk)) {
+    args.jobs = d.chunked;
+    delta_tiled(*this, args, jobs.chunked, p.k_heads, p.v_heads);
+  } else if (!jobs.chunked.empty()) {
     args.jobs = d.chunked;
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(csmem)), op);
