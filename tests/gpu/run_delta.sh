@@ -6,7 +6,9 @@
 # gated_delta cases in each form (their measured errors side by side: equal lines mean equal
 # bits), the tiled form poisoned and at f32, the whole contract in bf16, then the prefill
 # profiles of 8 layers of Qwen3-Next in each form, and Nsight Compute's time for each of the
-# tiled form's two kernels where ncu is on the card.
+# tiled form's two kernels where ncu is on the card. Variables: PROFILE_ENVS (the profiles'
+# VAR=VALUE words, in order), EXTRA_FORMS (more contract forms), FULL_CONTRACT=0 (skip the whole
+# contract), NCU_BEFORE (seconds after which ncu is skipped; 0 never runs it).
 REPORT=delta.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
@@ -23,7 +25,8 @@ for i in "${!FORMS[@]}"; do
     echo "contract gated_delta $form: $(grep -E 'SUMMARY|FAIL' "$OUT/delta_form_$i.log" | head -6)" > "$OUT/delta_form_$i.txt" ) &
   pids+=($!)
 done
-echo "contract bf16: $(timeout 150 "$B"/tf_kernel_contract --matmul-input bf16 2>&1 | grep -E 'SUMMARY|FAIL' | head -8)" >> "$R"
+[ "${FULL_CONTRACT:-1}" = 0 ] ||
+  echo "contract bf16: $(timeout 150 "$B"/tf_kernel_contract --matmul-input bf16 2>&1 | grep -E 'SUMMARY|FAIL' | head -8)" >> "$R"
 wait "${pids[@]}"
 cat "$OUT"/delta_form_*.txt >> "$R"
 for i in "${!FORMS[@]}"; do
@@ -44,7 +47,7 @@ for e in ${PROFILE_ENVS:-TF_CUDA_DELTA_TILED= TF_CUDA_DELTA_TILED=0 TF_CUDA_DELT
 done
 el
 NCU=$(command -v ncu || find /usr/local -maxdepth 3 -path "*/bin/ncu" 2> /dev/null | head -1)
-if [ -n "$NCU" ]; then
+if [ -n "$NCU" ] && [ $(($(date +%s) - T0)) -lt ${NCU_BEFORE:-180} ]; then
   timeout 100 "$NCU" --section SpeedOfLight --section LaunchStats -k "regex:delta_tiled" --launch-count 2 \
     "$B"/tensorfold bench --model $M --device cuda --pp 4096 --chunk 4096 --tg 2 --batch 1 --matmul-input bf16 \
     > "$OUT/ncu.txt" 2>&1

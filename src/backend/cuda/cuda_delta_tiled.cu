@@ -225,6 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) delta_tiled_scan_kernel(DeltaArgs
         vv[u][e] = i < len && c < nv ? a.v[(row0 + i) * a.ldv + vcol + c] : 0.0f;
       }
     float qs[4][2] = {}, ks[4][2] = {};
+    // The loops below are unrolled so that each step's shared loads go out before the FMAs wait.
+#pragma unroll 4
     for (int x = 0; x < kKd; x += 4) {
       float4 q4[4], k4[4];
       float2 s2[4];
@@ -256,6 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_tiled_scan_kernel(DeltaArgs
     // N = R + (T - I) R, each row's sum over m < i ascending.
     {
       float acc[4][2] = {};
+#pragma unroll 4
       for (int m = 0; m < 4 * ti + 4; m += 4) {
         float4 t4[4];
         float2 r2[4];
@@ -282,6 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_tiled_scan_kernel(DeltaArgs
     // y = exp(g) Q S + P N, each row's sum over m <= i ascending; P[i][m] is M[m][i].
     {
       float acc[4][2] = {};
+#pragma unroll 8
       for (int m = 0; m < 4 * ti + 4; ++m) {
         const float4 p4 = ld4(M + m * kL + 4 * ti);
         const float2 n2 = ld2(sN + m * kVT + 2 * tc);
@@ -305,6 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_tiled_scan_kernel(DeltaArgs
     // are behind the barriers above.
     {
       float acc[4][4] = {};
+#pragma unroll 8
       for (int m = 0; m < len; ++m) {
         const float4 k4 = ld4(K + m * kKS + 4 * tx);
         const float sc = H[kL + m];
