@@ -281,7 +281,7 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
   }
   if (!jobs.chunked.empty() && delta_tiled_takes(p.k_dim, p.chunk)) {
     args.jobs = d.chunked;
-    delta_tiled(*this, args, jobs.chunked, p.k_heads, p.v_heads);
+    delta_tiled(*this, args, jobs.chunked, m, p.k_heads, p.v_heads);
   } else if (!jobs.chunked.empty()) {
     args.jobs = d.chunked;
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

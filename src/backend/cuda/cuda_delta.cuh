@@ -30,7 +30,9 @@ __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : lo
 // TF_CUDA_DELTA_TILED is 0.
 bool delta_tiled_takes(int k_dim, int chunk);
 
-// Runs the chunked sequences `jobs` (a.jobs their device copy) by the tiled form.
-void delta_tiled(CudaBackend& be, const DeltaArgs& a, const std::vector<SeqJob>& jobs, int k_heads, int v_heads);
+// Runs the chunked sequences `jobs` (a.jobs their device copy) of an op over `rows` rows by the
+// tiled form, in passes of whole sequences where they hold more chunks than the scratch.
+void delta_tiled(CudaBackend& be, const DeltaArgs& a, const std::vector<SeqJob>& jobs, int64_t rows, int k_heads,
+                 int v_heads);
 
 }  // namespace tf::cuda

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cuda/chunk_passes.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_delta.cuh"
 #include "backend/cuda/cuda_util.cuh"
@@ -346,23 +347,12 @@ bool delta_tiled_takes(int k_dim, int chunk) {
   return k_dim == kKd && chunk == kL && env_switch("TF_CUDA_DELTA_TILED") != 0;
 }
 
-void delta_tiled(CudaBackend& be, const DeltaArgs& a, const std::vector<SeqJob>& jobs, int k_heads, int v_heads) {
+void delta_tiled(CudaBackend& be, const DeltaArgs& a, const std::vector<SeqJob>& jobs, int64_t rows, int k_heads,
+                 int v_heads) {
   const char* op = "gated_delta";
-  // Per chunk: job, first row within the job; then per job its first chunk.
-  std::vector<int32_t> meta;
-  for (size_t i = 0; i < jobs.size(); ++i)
-    for (int32_t c0 = 0; c0 < jobs[i].n; c0 += kL) meta.push_back(static_cast<int32_t>(i)), meta.push_back(c0);
-  const size_t nch = meta.size() / 2;
-  for (size_t i = 0, at = 0; i < jobs.size(); ++i) {
-    meta.push_back(static_cast<int32_t>(at));
-    at += static_cast<size_t>((jobs[i].n + kL - 1) / kL);
-  }
-  const auto* d = static_cast<const int32_t*>(be.meta(meta.data(), meta.size() * 4));
-  TiledArgs w{d, d + 2 * nch, nullptr, nullptr, k_heads};
-  const uint64_t fv = nch * static_cast<uint64_t>(v_heads) * kItemV;
-  const uint64_t fk = nch * static_cast<uint64_t>(k_heads) * kItemK;
-  w.hv = static_cast<float*>(be.buffer(kSlotDelta, (fv + fk) * sizeof(float)));
-  w.hk = w.hv + fv;
+  const uint64_t per = static_cast<uint64_t>(v_heads) * kItemV + static_cast<uint64_t>(k_heads) * kItemK;
+  const int64_t cap = chunk_capacity(rows, kL);
+  auto* buf = static_cast<float*>(be.buffer(kSlotDelta, static_cast<uint64_t>(cap) * per * sizeof(float)));
   static bool raised = false;
   if (!raised) {
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_tiled_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -371,14 +361,35 @@ void delta_tiled(CudaBackend& be, const DeltaArgs& a, const std::vector<SeqJob>&
                                        static_cast<int>(kScanSmem)), op);
     raised = true;
   }
-  launch_kernel(delta_tiled_prep_kernel, dim3(static_cast<unsigned>(nch), static_cast<unsigned>(v_heads)),
-                kThreads, kPrepSmem, a, w);
-  check_launch(op);
-  launch_kernel(delta_tiled_scan_kernel,
-                dim3(static_cast<unsigned>(jobs.size()), static_cast<unsigned>(v_heads),
-                     static_cast<unsigned>((a.Vd + kVT - 1) / kVT)),
-                kThreads, kScanSmem, a, w);
-  check_launch(op);
+  std::vector<int64_t> n;
+  for (const SeqJob& j : jobs) n.push_back(j.n);
+  const std::vector<size_t> at = chunk_passes(n, kL, cap);
+  for (size_t p = 0; p + 1 < at.size(); ++p) {
+    const size_t j0 = at[p], j1 = at[p + 1];
+    // Per chunk: job (within the pass), first row within the job; then per job its first chunk.
+    std::vector<int32_t> meta;
+    for (size_t i = j0; i < j1; ++i)
+      for (int32_t c0 = 0; c0 < jobs[i].n; c0 += kL) meta.push_back(static_cast<int32_t>(i - j0)), meta.push_back(c0);
+    const size_t nch = meta.size() / 2;
+    for (size_t i = j0, first = 0; i < j1; ++i) {
+      meta.push_back(static_cast<int32_t>(first));
+      first += static_cast<size_t>((jobs[i].n + kL - 1) / kL);
+    }
+    const auto* d = static_cast<const int32_t*>(be.meta(meta.data(), meta.size() * 4));
+    const uint64_t fv = nch * static_cast<uint64_t>(v_heads) * kItemV;
+    const TiledArgs w{d, d + 2 * nch, buf, buf + fv, k_heads};
+    DeltaArgs ap = a;
+    ap.jobs = a.jobs + j0;
+    // A pass's prep waits (grid_wait) for the pass before it to finish reading the scratch.
+    launch_kernel(delta_tiled_prep_kernel, dim3(static_cast<unsigned>(nch), static_cast<unsigned>(v_heads)),
+                  kThreads, kPrepSmem, ap, w);
+    check_launch(op);
+    launch_kernel(delta_tiled_scan_kernel,
+                  dim3(static_cast<unsigned>(j1 - j0), static_cast<unsigned>(v_heads),
+                       static_cast<unsigned>((a.Vd + kVT - 1) / kVT)),
+                  kThreads, kScanSmem, ap, w);
+    check_launch(op);
+  }
 }
 
 }  // namespace tf::cuda
