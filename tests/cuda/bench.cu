@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -54,26 +55,26 @@ void bench_matmul(Backend& gpu, DType dt, int64_t M, int64_t K, int64_t N, int i
 }
 
 // m rows over L stored keys: decode (m sequences of L keys, one row each at the end) or prefill
-// (one sequence, rows at positions 0..m-1).
-void bench_attention(Backend& gpu, int m, int L, bool decode, int iters) {
+// (one sequence, rows at positions 0..m-1), with heads over kvh kv heads of hd dims.
+void bench_attention(Backend& gpu, int m, int L, bool decode, int iters, int heads = 32, int kvh = 8, int hd = 128) {
   AttnParams p;
-  p.n_heads = 32, p.n_kv_heads = 8, p.head_dim = 128, p.scale = 0.088f;
+  p.n_heads = heads, p.n_kv_heads = kvh, p.head_dim = hd, p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int ps = 16, per_seq = L / ps, seqs = decode ? m : 1;
-  auto kv = gpu.alloc_kv(1, per_seq * seqs, ps, 8, 128);
+  auto kv = gpu.alloc_kv(1, per_seq * seqs, ps, kvh, hd);
   RowLayout lay;
   lay.seq_pages.resize(static_cast<size_t>(seqs));
   for (int s = 0; s < seqs; ++s)
     for (int i = 0; i < per_seq; ++i) lay.seq_pages[static_cast<size_t>(s)].push_back(s * per_seq + i);
   for (int r = 0; r < m; ++r) lay.pos.push_back(decode ? L - 1 : r), lay.seq.push_back(decode ? r : 0);
-  Tensor q = gpu.alloc(m, 32 * 128), o = gpu.alloc(m, 32 * 128);
+  Tensor q = gpu.alloc(m, heads * hd), o = gpu.alloc(m, heads * hd);
   std::mt19937 rng(6);
-  auto qs = random_floats(rng, static_cast<size_t>(m) * 32 * 128);
+  auto qs = random_floats(rng, static_cast<size_t>(m) * heads * hd);
   gpu.from_host(qs.data(), q);
   const float ms = time_ms([&] { gpu.attention(q, o, *kv, 0, lay, p); }, iters);
   const double keys = decode ? static_cast<double>(m) * L : 0.5 * m * (m + 1.0);
-  std::printf("BENCH attention %s %d rows, %d keys, 32/8 heads of 128: %.3f ms, %.0f GB/s of KV, %.1f TFLOP/s\n",
-              decode ? "decode" : "prefill", m, L, ms, (decode ? keys : L) * 2.0 * 8 * 128 * 4 / ms / 1e6,
-              keys * 32 * 128 * 4 / ms / 1e9);
+  std::printf("BENCH attention %s %d rows, %d keys, %d/%d heads of %d: %.3f ms, %.0f GB/s of KV, %.1f TFLOP/s\n",
+              decode ? "decode" : "prefill", m, L, heads, kvh, hd, ms, (decode ? keys : L) * 2.0 * kvh * hd * 4 / ms / 1e6,
+              keys * heads * hd * 4 / ms / 1e9);
   gpu.free(q);
   gpu.free(o);
 }
@@ -153,6 +154,10 @@ void run_bench_attention(Backend& gpu) {
   bench_attention(gpu, 32, 4096, true, 20);
   bench_attention(gpu, 512, 512, false, 20);
   bench_attention(gpu, 4096, 4096, false, 5);
+  // Head dims of 256: Qwen3-Next's 16/2 and Gemma 3's 8/4, prefill of 4096 rows, and decode.
+  bench_attention(gpu, 4096, 4096, false, 5, 16, 2, 256);
+  bench_attention(gpu, 4096, 4096, false, 5, 8, 4, 256);
+  bench_attention(gpu, 32, 4096, true, 20, 16, 2, 256);
 }
 
 // Sampling rows of Qwen3's 151,936 logits, 1 and 64 at once: greedy and each filter, on random

@@ -388,6 +388,10 @@ std::vector<Case> kernels() {
   at("L=500 4/1 hd=64 window=77 page 128", 500, attn(4, 1, 64, 77), 128, 106);
   at("L=300 8/2 hd=128 page 8", 300, attn(8, 2, 128), 8, 107);
   at("L=260 4/2 hd=128 page 24", 260, attn(4, 2, 128), 24, 108);
+  // Head dims past 128 over many splits on the wide flash form (single rows stay on the tile
+  // kernel, so the variants compare the two): 16 k16 steps, 13 with a window and softcap.
+  at("L=1100 16/2 hd=256", 1100, attn(16, 2, 256), 16, 110);
+  at("L=1200 16/8 hd=200 window=500 softcap=50", 1200, attn(16, 8, 200, 500, 50.0f), 16, 111);
   auto multi = [&](const std::string& name, std::vector<int> lens, AttnParams p, int ps, uint32_t seed) {
     v.push_back({"attention " + name, [=](Backend& g, Backend& c) {
                    return attention_multi_gate(real_attention(), g, c, lens, p, ps, seed);
@@ -398,6 +402,7 @@ std::vector<Case> kernels() {
   multi("2 sequences 1030/513 32/8 hd=128", {1030, 513}, attn(32, 8, 128), 16, 98);
   multi("3 sequences 80/200/17 4/2 hd=16", {80, 200, 17}, attn(4, 2, 16), 16, 99);
   multi("3 sequences 600/65/200 8/2 hd=128 window=150 page 64", {600, 65, 200}, attn(8, 2, 128, 150), 64, 109);
+  multi("4 sequences 700/1/130/500 16/4 hd=136", {700, 1, 130, 500}, attn(16, 4, 136), 16, 112);
   add_hybrid_kernels(v);
   for (auto& [name, run] : moe_kernel_cases()) v.push_back({name, run});
   return v;

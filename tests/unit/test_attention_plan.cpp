@@ -483,4 +483,25 @@ TEST(AttentionPlan, DecodeNarrowPastOneWaveOfTheWideForm) {
   EXPECT_TRUE(decode_narrow(512, 132, -1, INT32_MAX));
 }
 
+// The wide flash form's plan (head dims past 128, Qwen3-Next's 16 heads over 2: 8 heads a block,
+// 8 rows a group): whole groups of more than 16 pairs only; decode rows, and groups of few
+// pairs, stay on the tile kernel in groups of at most 16 pairs.
+TEST(AttentionPlan, TheWideFormTakesOnlyWholeGroupsOfManyPairs) {
+  Rows r;
+  r.add(0, 0, 2048);
+  for (int s = 1; s <= 40; ++s) r.add(s, 3000 + 7 * s, 1);  // decode rows
+  r.add(41, 500, 2);                                         // a two-row verify group
+  const PlanArgs a{r.pos.data(), r.first.data(), r.seq.data(), static_cast<int>(r.pos.size()),
+                   8, 8, 2, 132, true, 0, 16ull * 258 * 4, 256ull << 20, false, true, 0, true};
+  const Plan pl = checked(a);
+  EXPECT_EQ(pl.n_flash, 256u);
+  for (unsigned i = 0; i < pl.n_flash; ++i) {
+    const int g = pl.items[2 * i];
+    EXPECT_EQ(pl.items[2 * i + 1], -1);
+    EXPECT_GT((pl.grp[g + 1] - pl.grp[g]) * a.hpb, 16);
+  }
+  EXPECT_LE(pl.most_rows * a.hpb, 16);
+  EXPECT_GT(pl.slots, 0);  // the decode rows' splits
+}
+
 }  // namespace tf::cuda::attn

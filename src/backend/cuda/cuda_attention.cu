@@ -448,12 +448,6 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   // bf16 mode's products step 16 dims at a time.
   const int hd = p.head_dim, pad = matmul_input() == MatmulInput::BF16 ? 16 : 8;
   const int hd_pad = (hd + pad - 1) / pad * pad, nc = (hd_pad + kChunk - 1) / kChunk;
-  const int group = p.n_heads / p.n_kv_heads, pairs = pairs_per_block(nc);
-  int hpb = 1;
-  const int most = attn_hpb_cap() > 0 ? std::min(attn_hpb_cap(), pairs) : pairs;
-  for (int d = 1; d <= std::min(group, most); ++d)
-    if (group % d == 0) hpb = d;
-  const int rmax = pairs / hpb;
   // Rows per sequence: pos, first, page-list offset; the page lists of used sequences.
   std::vector<int32_t> pos(static_cast<size_t>(m)), first(pos.size()), pgoff(pos.size()), fresh(pos.size());
   std::vector<int32_t> seq_off(rows.seq_pages.size(), -1), seq_fresh(rows.seq_pages.size(), INT32_MAX), pages;
@@ -475,16 +469,30 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
   int sms = 0;
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
                 "attention: multiprocessor count");
+  const bool bf16 = matmul_input() == MatmulInput::BF16;
+  const int group = p.n_heads / p.n_kv_heads;
+  // The most heads of a kv group, up to `pairs` and TF_CUDA_ATTN_HPB, that divide it.
+  const auto hpb_for = [&](int pairs) {
+    const int most = attn_hpb_cap() > 0 ? std::min(attn_hpb_cap(), pairs) : pairs;
+    int h = 1;
+    for (int d = 1; d <= std::min(group, most); ++d)
+      if (group % d == 0) h = d;
+    return h;
+  };
+  // Head dims past kChunk go to the wide flash form, in groups of its 64 pairs, wherever it runs.
+  const bool wide = bf16 && flash_on() && flash_wide_takes(hd);
+  const int pairs = wide ? kFlashPairs : pairs_per_block(nc), hpb = hpb_for(pairs), rmax = pairs / hpb;
   const int yblocks = p.n_heads / hpb;
   const uint64_t slot_bytes = static_cast<uint64_t>(p.n_heads) * (hd + 2) * sizeof(float);
+  // The wide form takes only whole groups: split-mode and decode rows stay on the tile kernel.
   Plan pl = plan_attention({pos.data(), first.data(), rows.seq.data(), m, rmax, hpb, yblocks, sms,
-                            flash_takes(hd) && flash_on(), flash_split_mode(), slot_bytes,
-                            kMaxPartialBytes, flash_decode_on(), matmul_input() == MatmulInput::BF16,
-                            matmul_input() == MatmulInput::BF16 ? attn_whole_splits() : 0, attn_fold_on()});
-  const unsigned n_dec = flash_decode_on() ? decode_first(pl, hpb) : 0;
+                            wide || (flash_takes(hd) && flash_on()), wide ? 0 : flash_split_mode(), slot_bytes,
+                            kMaxPartialBytes, !wide && flash_decode_on(), bf16,
+                            bf16 && !wide ? attn_whole_splits() : 0, attn_fold_on()});
+  const unsigned n_dec = !wide && flash_decode_on() ? decode_first(pl, hpb) : 0;
   // bf16 mode's warp-specialized form takes the whole groups two a block where they pair.
   const unsigned n_ws =
-      matmul_input() == MatmulInput::BF16 && flash_ws_takes(hd) &&
+      bf16 && !wide && flash_ws_takes(hd) &&
               flash_ws_worth(pl, n_dec, pos.data(), first.data(), yblocks, sms, flash_ws_mode())
           ? pair_flash_items(pl, n_dec, pos.data(), rows.seq.data())
           : 0;
@@ -532,7 +540,8 @@ void CudaBackend::attention(const Tensor& q, Tensor out, const KvStorage& kvs, i
     check_launch("attention");
     a.items += 2 * (n_flash - n_dec);
   } else if (n_flash > n_dec) {
-    launch_flash(a, n_flash - n_dec, yb);
+    if (wide) launch_flash_wide(a, n_flash - n_dec, yb);
+    else launch_flash(a, n_flash - n_dec, yb);
     check_launch("attention");
     a.items += 2 * (n_flash - n_dec);
   }

@@ -368,6 +368,10 @@ void launch_flash(const Args& a, unsigned n_items, unsigned yblocks);
 int flash_ws_mode();
 bool flash_ws_takes(int head_dim);
 void launch_flash_ws(const Args& a, unsigned n_blocks, unsigned yblocks);
+// bf16 mode on sm_90a, head dims past kChunk up to twice it (a multiple of 8): the two-warpgroup
+// wgmma form staging 256 dims takes whole groups of more than 16 pairs (cuda_attention_flash_wg.cu).
+bool flash_wide_takes(int head_dim);
+void launch_flash_wide(const Args& a, unsigned n_items, unsigned yblocks);
 // Items of at most 16 pairs (decode_first puts them first; cuda_attention_decode.cu): split-mode
 // ones, and in bf16 mode whole groups too. overlap: the kernel before wrote only this call's keys;
 // narrow: bf16 mode's four-warp form (decode_narrow).

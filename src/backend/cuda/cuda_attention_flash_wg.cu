@@ -18,18 +18,18 @@ namespace {
 [[maybe_unused]] constexpr int kTile = kChunk * kSplit;        // elements of a K or V tile
 [[maybe_unused]] constexpr int kPanel = kSplit * mm::kSwzRow;  // elements of 64 of its dims
 
-// Stage b of a wgmma flash kernel's tiles ([2 stages][K, V][2 panels][kSplit][64], swizzled) gets
-// the keys whose pool offsets are in slot b, by T threads: each copies 16-byte unit u of every
-// (T / 16)-th key, of K and of V, then commits. Keys kstep apart share a swizzle phase, so one
+// Stage b of a wgmma flash kernel's tiles ([2 stages][K, V][D / 64 panels][kSplit][64], swizzled)
+// gets the keys whose pool offsets are in slot b, by T threads: each copies 16-byte unit u of every
+// (T / units)-th key, of K and of V, then commits. Keys kstep apart share a swizzle phase, so one
 // place and its multiples of a row serve every copy.
-template <int T>
+template <int T, int D = kChunk>
 __device__ __forceinline__ void stage_wg(uint16_t* tiles, const int64_t* kslot, int b, const Args& a, int hd) {
   using mm::kSwzRow;
-  constexpr int units = kChunk / 8, kstep = T / units;
+  constexpr int units = D / 8, kstep = T / units, tile = D * kSplit;
   static_assert(kstep % 8 == 0, "keys a thread copies share the swizzle phase");
   const int u = static_cast<int>(threadIdx.x) % units, key0 = static_cast<int>(threadIdx.x) / units, d0 = 8 * u;
   const uint32_t kt = static_cast<uint32_t>(__cvta_generic_to_shared(tiles)) +
-                      2 * (2 * b * kTile + u / 8 * kSplit * kSwzRow + mm::swz_at(key0, 8 * (u % 8)));
+                      2 * (2 * b * tile + u / 8 * kSplit * kSwzRow + mm::swz_at(key0, 8 * (u % 8)));
   const int64_t* sl = kslot + b * kSplit + key0;
   const auto* kpool = static_cast<const uint16_t*>(a.k);
   const auto* vpool = static_cast<const uint16_t*>(a.v);
@@ -39,7 +39,7 @@ __device__ __forceinline__ void stage_wg(uint16_t* tiles, const int64_t* kslot, 
     const bool ok = off >= 0 && d0 < hd;
     const uint32_t at = kt + 2 * i * kstep * kSwzRow;
     cp_async16_at(at, kpool + (ok ? off + d0 : 0), ok);
-    cp_async16_at(at + 2 * kTile, vpool + (ok ? off + d0 : 0), ok);
+    cp_async16_at(at + 2 * tile, vpool + (ok ? off + d0 : 0), ok);
   }
   cp_async_commit();
 }
@@ -145,21 +145,27 @@ __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
 
 // bf16 mode on sm_90a, two warpgroups a block over the same 64 pairs, so an SM holds twice the
 // warps of flash_wg_kernel at half the registers: warpgroup w takes keys 32w.. of each split's
-// scores (m64n32k16, q and K from swizzled tiles) and dims 64w.. of its V products (m64n64k16, the
-// weights from registers). The split's max and the rule's running sum in key order pass through
-// shared memory (warpgroup 0's sum over keys 0..31 is where warpgroup 1's starts), and so do the
-// weights' A fragments; every float operation is flash_wg_kernel's, so the bits are the same.
+// scores (m64n32k16, q and K from swizzled tiles) and dims D/2 w.. of its V products (m64n64k16 a
+// panel, the weights from registers). The split's max and the rule's running sum in key order pass
+// through shared memory (warpgroup 0's sum over keys 0..31 is where warpgroup 1's starts), and so
+// do the weights' A fragments; every float operation is flash_wg_kernel's, so the bits are the
+// same. D: dims staged, 128, or 256 for head dims past 128 (the tile kernel's two chunks of
+// k16 steps in the same order, so its bits), one block an SM for its shared memory.
 constexpr int kWg2Threads = 256;
 constexpr int kXch = 128;  // exchange slots: one a thread of a warpgroup
-constexpr size_t kFlashWg2Smem = kFlashWgSmem + static_cast<size_t>(kChunk) * kFlashPairs * sizeof(uint16_t) +
-                                 (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);  // q, then xp, xm and xs
+template <int D>
+constexpr size_t wg2_smem() {
+  return 4 * static_cast<size_t>(D) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024 +
+         static_cast<size_t>(D) * kFlashPairs * sizeof(uint16_t) +
+         (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);  // tiles, slots, alignment, q, then xp, xm and xs
+}
 
-// q's pairs as one swizzled K-major tile of kChunk dims (two 64-dim panels), rounded as load_q16
-// rounds; pairs past P and dims past head_dim (a multiple of 8 here) are 0. By T threads.
-template <int T>
+// q's pairs as one swizzled K-major tile of D dims (D / 64 panels), rounded as load_q16 rounds;
+// pairs past P and dims past head_dim (a multiple of 8 here) are 0. By T threads.
+template <int T, int D>
 __device__ __forceinline__ void stage_q16(uint16_t* qt, const Args& a, const Item& it) {
   using mm::kSwzRow;
-  constexpr int units = kChunk / 8;
+  constexpr int units = D / 8;
   for (int i = threadIdx.x; i < kFlashPairs * units; i += T) {
     const int p = i / units, u = i % units, d = 8 * u;
     uint32_t w[4] = {0u, 0u, 0u, 0u};
@@ -177,17 +183,20 @@ __device__ __forceinline__ void stage_q16(uint16_t* qt, const Args& a, const Ite
   }
 }
 
-__global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
+template <int D>
+__global__ void __launch_bounds__(kWg2Threads, D == kChunk ? 2 : 1) flash_wg2_kernel(Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   grid_wait();
   grid_launch_next();
   using mm::kSwzRow;
   static_assert(kFlashPairs == kSplit, "q's panels are the size of K's");
+  static_assert(D == kChunk || D == 2 * kChunk, "one or two chunks of dims");
+  constexpr int tile = D * kSplit, own = D / 128;  // elements of a K, V or q tile; V panels a warpgroup takes
   extern __shared__ __align__(16) uint16_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [2 stages][K, V][2 panels][kSplit][64]
-  uint16_t* qt = tiles + 4 * kTile;                             // [2 panels][64 pairs][64]
-  auto* xp = reinterpret_cast<uint32_t*>(qt + kTile);           // [warpgroup][8 words][kXch]
+  uint16_t* tiles = smem_raw + (1024 - raw % 1024) % 1024 / 2;  // [2 stages][K, V][D / 64 panels][kSplit][64]
+  uint16_t* qt = tiles + 4 * tile;                              // [D / 64 panels][64 pairs][64]
+  auto* xp = reinterpret_cast<uint32_t*>(qt + tile);            // [warpgroup][8 words][kXch]
   auto* xm = reinterpret_cast<float*>(xp + 2 * 8 * kXch);       // [warpgroup][pair h][kXch]
   float* xs = xm + 2 * 2 * kXch;                                // [pair h][kXch]
   auto* kslot = reinterpret_cast<int64_t*>(xs + 2 * kXch);      // [2][kSplit]
@@ -197,16 +206,16 @@ __global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
   const int s0 = it.s0, s1 = it.s1;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int gq = lane >> 2, tq = lane & 3, hd = a.head_dim, steps = a.hd_pad / 16;
-  auto stage = [&](int b) { stage_wg<kWg2Threads>(tiles, kslot, b, a, hd); };
+  auto stage = [&](int b) { stage_wg<kWg2Threads, D>(tiles, kslot, b, a, hd); };
   fill_slots<kWg2Threads>(kslot, a, it, s0);
   if (s0 < s1) fill_slots<kWg2Threads>(kslot + kSplit, a, it, s0 + 1);
   FlashPairs f = flash_pairs(a, it, warp, gq);
-  stage_q16<kWg2Threads>(qt, a, it);
-  float o[8][4];
+  stage_q16<kWg2Threads, D>(qt, a, it);
+  float o[D / 16][4];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  for (int j = 0; j < D / 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   // One descriptor, built once: every tile's is it plus its offset in elements / 8.
-  const uint64_t td = mm::swz_desc(tiles), qd = mm::desc_add(td, 4 * kTile);
+  const uint64_t td = mm::swz_desc(tiles), qd = mm::desc_add(td, 4 * tile);
   __syncthreads();
   stage(0);
   for (int s = s0; s <= s1; ++s) {
@@ -215,19 +224,19 @@ __global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
     fence_proxy_async();  // cp.async and q's stores to wgmma
     __syncthreads();
     float sc[4][4];
-    const uint64_t kd = mm::desc_add(td, 2 * b * kTile + 32 * wg * kSwzRow),
-                   vd = mm::desc_add(td, 2 * b * kTile + kTile + wg * kPanel);
+    const uint64_t kd = mm::desc_add(td, 2 * b * tile + 32 * wg * kSwzRow),
+                   vd = mm::desc_add(td, 2 * b * tile + tile + own * wg * kPanel);
     auto scores = [&](auto full) {
       wgmma_ss32<false>(reinterpret_cast<float(&)[16]>(sc), qd, kd);
 #pragma unroll
-      for (int k = 1; k < kChunk / 16; ++k) {
+      for (int k = 1; k < D / 16; ++k) {
         if (!decltype(full)::value && k >= steps) break;
         const int at = k / 4 * kPanel + 16 * (k % 4);
         wgmma_ss32(reinterpret_cast<float(&)[16]>(sc), mm::desc_add(qd, at), mm::desc_add(kd, at));
       }
     };
     wgmma_fence();
-    if (steps == kChunk / 16) scores(std::true_type{});
+    if (steps == D / 16) scores(std::true_type{});
     else scores(std::false_type{});
     wgmma_commit();
     // While the scores run: every warp is past split s - 1, so its stage takes split s + 1 and its
@@ -277,22 +286,26 @@ __global__ void __launch_bounds__(kWg2Threads, 2) flash_wg2_kernel(Args a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       if (klo[h] <= khi[h]) flash_join(a, it, f, jn, h, warp, gq, tq, s, part, mx[h], lsum[h], wg == 1);
-    float os[8][4];
+    float os[own][8][4];
     wgmma_fence();
-    wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os), pa[0], vd);
 #pragma unroll
-    for (int j = 1; j < 4; ++j)
-      wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os), pa[j], mm::desc_add(vd, 16 * j * kSwzRow));
+    for (int h = 0; h < own; ++h) {
+      wgmma_rs64<1, false>(reinterpret_cast<float(&)[32]>(os[h]), pa[0], mm::desc_add(vd, h * kPanel));
+#pragma unroll
+      for (int j = 1; j < 4; ++j)
+        wgmma_rs64<1>(reinterpret_cast<float(&)[32]>(os[h]), pa[j], mm::desc_add(vd, h * kPanel + 16 * j * kSwzRow));
+    }
     wgmma_commit();
     wgmma_wait<0>();
-    flash_take<8>(a, it, jn, o, os, 0, 8 * wg, warp, gq, tq, s, part);
+#pragma unroll
+    for (int h = 0; h < own; ++h) flash_take<8>(a, it, jn, o, os[h], 8 * h, 8 * (own * wg + h), warp, gq, tq, s, part);
   }
   if (!part) {
     // Warpgroup 1 holds each pair's sum.
     if (wg == 1) xs[t] = f.l[0], xs[kXch + t] = f.l[1];
     __syncthreads();
     if (wg == 0) f.l[0] = xs[t], f.l[1] = xs[kXch + t];
-    flash_out(a, it, f, o, 8 * wg, warp, gq, tq);
+    flash_out(a, it, f, o, D / 16 * wg, warp, gq, tq);
   }
 #else
   __trap();  // launched only where wgmma_ready() found the sm_90a code
@@ -421,10 +434,22 @@ void launch_flash_ws(const Args& a, unsigned n_blocks, unsigned yblocks) {
   launch_attention_kernel(flash_ws_kernel, ready, kWsThreads, kFlashWsSmem, a, n_blocks, yblocks);
 }
 
+// TF_CUDA_FLASH_WIDE=0 keeps head dims past kChunk on the tile kernel, for timing and the contract.
+bool flash_wide_takes(int head_dim) {
+  static const bool on = !env_zero("TF_CUDA_FLASH_WIDE");
+  return on && head_dim % 8 == 0 && head_dim > kChunk && head_dim <= 2 * kChunk && flash_wg_on();
+}
+
+void launch_flash_wide(const Args& a, unsigned n_items, unsigned yblocks) {
+  static std::atomic<bool> ready{false};
+  launch_attention_kernel(flash_wg2_kernel<2 * kChunk>, ready, kWg2Threads, wg2_smem<2 * kChunk>(), a, n_items, yblocks);
+}
+
 bool launch_flash_wg(const Args& a, unsigned n_items, unsigned yblocks) {
   static std::atomic<bool> ready_wg{false}, ready_wg2{false};
   if (a.head_dim % 8 != 0 || !flash_wg_on()) return false;
-  if (flash_wg2_on()) launch_attention_kernel(flash_wg2_kernel, ready_wg2, kWg2Threads, kFlashWg2Smem, a, n_items, yblocks);
+  if (flash_wg2_on())
+    launch_attention_kernel(flash_wg2_kernel<kChunk>, ready_wg2, kWg2Threads, wg2_smem<kChunk>(), a, n_items, yblocks);
   else launch_attention_kernel(flash_wg_kernel, ready_wg, kThreads, kFlashWgSmem, a, n_items, yblocks);
   return true;
 }
