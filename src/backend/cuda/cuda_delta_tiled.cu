@@ -1,10 +1,10 @@
 // The gated delta rule's chunked form on register tiles, for k_dim 128 and chunks of 64 rows.
 //
-// What does not depend on the state is made first for every chunk and v head at once (prep):
-// q and k normalized, exp(g), exp(g_last - g), beta, A's substitution T = (I - A)^-1 and P, as
-// the one-kernel chunked form defines them. A block per (sequence, v head, 32 v columns) then walks
-// its chunks: R = beta (v - exp(g) K S); N = T R; y = exp(g) Q S + P N;
-// S = exp(g_last) S + K^T diag(exp(g_last - g)) N.
+// What does not depend on the state is made first for every chunk at once (prep, a block per
+// chunk and k head): q and k normalized, then per v head exp(g), exp(g_last - g), beta, A's
+// substitution T = (I - A)^-1 and P, as the one-kernel chunked form defines them. A block per
+// (sequence, v head, 32 v columns) then walks its chunks: R = beta (v - exp(g) K S); N = T R;
+// y = exp(g) Q S + P N; S = exp(g_last) S + K^T diag(exp(g_last - g)) N.
 //
 // Order rule: each sum is the one-kernel form's chain (k or rows ascending, the same operands),
 // so a chunk's results depend only on its sequence's rows and state, never on the round.
@@ -48,6 +48,8 @@ __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast
 __device__ __forceinline__ float2 ld2(const float* p) { return *reinterpret_cast<const float2*>(p); }
 __device__ __forceinline__ float at4(const float4& v, int e) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; }
 
+// A block per (chunk, k head): q and k normalized, and their products k.k and q.k, once; then for
+// each v head of the k head its rows' g and beta, A, its substitution and P.
 __global__ void __launch_bounds__(kThreads) delta_tiled_prep_kernel(DeltaArgs a, TiledArgs w) {
   grid_wait();
   grid_launch_next();
@@ -58,71 +60,93 @@ __global__ void __launch_bounds__(kThreads) delta_tiled_prep_kernel(DeltaArgs a,
   float* sT = sA + kL * kL;                         // [kL x kL]
   float* sg = sT + kL * kL;                         // [kL]
   float* sb = sg + kL;                              // [kL]
-  const int it = blockIdx.x, h = blockIdx.y, kh = h / a.hv_per_k, tid = threadIdx.x;
+  const int it = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, v_heads = gridDim.y * a.hv_per_k;
   const int warp = tid / 32, lane = tid % 32;
   const SeqJob j = a.jobs[w.items[2 * it]];
   const int c0 = w.items[2 * it + 1], len = min(kL, j.n - c0);
   const int64_t base = j.row0 + c0;
-  const float Ah = expf(a.A_log[h]), bias = a.dt_bias[h];
-  for (int t = warp; t < kL; t += kThreads / 32) {
-    float qv[kKd / 32], kv[kKd / 32];
+  // A warp's rows t = warp + 8 n: every load issued before the first sum waits on one.
+  constexpr int kRows = kL / (kThreads / 32);
+  float qv[kRows][kKd / 32], kv[kRows][kKd / 32];
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    const int t = warp + (kThreads / 32) * n;
+    const int64_t r = base + min(t, len - 1);
+    const float* qr = a.q + r * a.ldq + static_cast<int64_t>(kh) * kKd;
+    const float* kr = a.k + r * a.ldk + static_cast<int64_t>(kh) * kKd;
+#pragma unroll
+    for (int u = 0; u < kKd / 32; ++u) qv[n][u] = qr[lane + 32 * u], kv[n][u] = kr[lane + 32 * u];
+  }
+#pragma unroll
+  for (int n = 0; n < kRows; ++n) {
+    const int t = warp + (kThreads / 32) * n;
     if (t < len) {
-      const int64_t r = base + t;
-      const float* qr = a.q + r * a.ldq + static_cast<int64_t>(kh) * kKd;
-      const float* kr = a.k + r * a.ldk + static_cast<int64_t>(kh) * kKd;
       float ssq = 0.0f, ssk = 0.0f;
 #pragma unroll
       for (int u = 0; u < kKd / 32; ++u) {
-        qv[u] = qr[lane + 32 * u];
-        kv[u] = kr[lane + 32 * u];
-        ssq = __fmaf_rn(qv[u], qv[u], ssq);
-        ssk = __fmaf_rn(kv[u], kv[u], ssk);
+        ssq = __fmaf_rn(qv[n][u], qv[n][u], ssq);
+        ssk = __fmaf_rn(kv[n][u], kv[n][u], ssk);
       }
       const float iq = 1.0f / sqrtf(warp_sum(ssq) + 1e-6f), ik = 1.0f / sqrtf(warp_sum(ssk) + 1e-6f);
 #pragma unroll
       for (int u = 0; u < kKd / 32; ++u) {
-        sQ[t * kKS + lane + 32 * u] = (qv[u] * iq) * a.scale;
-        sK[t * kKS + lane + 32 * u] = kv[u] * ik;
-      }
-      if (lane == 0) {
-        sg[t] = -Ah * softplus_f(a.a[r * a.lda + h] + bias);
-        sb[t] = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+        sQ[t * kKS + lane + 32 * u] = (qv[n][u] * iq) * a.scale;
+        sK[t * kKS + lane + 32 * u] = kv[n][u] * ik;
       }
     } else {
 #pragma unroll
       for (int u = 0; u < kKd / 32; ++u) sQ[t * kKS + lane + 32 * u] = sK[t * kKS + lane + 32 * u] = 0.0f;
-      if (lane == 0) sg[t] = sb[t] = 0.0f;
     }
   }
   __syncthreads();
-  if (tid == 0)
-    for (int t = 1; t < len; ++t) sg[t] = sg[t - 1] + sg[t];
-  __syncthreads();
-  float* hv = w.hv + (static_cast<int64_t>(it) * gridDim.y + h) * kItemV;
-  float* M = hv + kHead;
-  {
-    // k.k and q.k on 4 x 4 tiles: rows ti + 16u, columns tm + 16v, so a quarter warp's float4
-    // loads fall on eight rows four banks apart.
-    const int ti = tid / 16, tm = tid % 16;
-    float kk[4][4] = {}, qk[4][4] = {};
-    for (int x = 0; x < kKd; x += 4) {
-      float4 ki[4], qi[4], km[4];
+  // k.k and q.k on 4 x 4 tiles: rows ti + 16u, columns tm + 16v, so a quarter warp's float4 loads
+  // fall on eight rows four banks apart. Only tiles v <= u: the others hold columns past their rows,
+  // which A and P never take.
+  const int ti = tid / 16, tm = tid % 16;
+  float kk[4][4] = {}, qk[4][4] = {};
+  for (int x = 0; x < kKd; x += 4) {
+    float4 ki[4], qi[4], km[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        ki[u] = ld4(sK + (ti + 16 * u) * kKS + x);
-        qi[u] = ld4(sQ + (ti + 16 * u) * kKS + x);
-        km[u] = ld4(sK + (tm + 16 * u) * kKS + x);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-          for (int v = 0; v < 4; ++v) {
-            kk[u][v] = __fmaf_rn(at4(ki[u], e), at4(km[v], e), kk[u][v]);
-            qk[u][v] = __fmaf_rn(at4(qi[u], e), at4(km[v], e), qk[u][v]);
-          }
+    for (int u = 0; u < 4; ++u) {
+      ki[u] = ld4(sK + (ti + 16 * u) * kKS + x);
+      qi[u] = ld4(sQ + (ti + 16 * u) * kKS + x);
+      km[u] = ld4(sK + (tm + 16 * u) * kKS + x);
     }
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int v = 0; v <= u; ++v) {
+          kk[u][v] = __fmaf_rn(at4(ki[u], e), at4(km[v], e), kk[u][v]);
+          qk[u][v] = __fmaf_rn(at4(qi[u], e), at4(km[v], e), qk[u][v]);
+        }
+  }
+  {
+    float* hk = w.hk + (static_cast<int64_t>(it) * w.k_heads + kh) * kItemK;
+    for (int e = tid; e < 2 * kL * kKd / 4; e += kThreads) {
+      const int r = e / (kKd / 4), x = (e % (kKd / 4)) * 4;
+      *reinterpret_cast<float4*>(hk + r * kKd + x) = ld4(sQ + r * kKS + x);
+    }
+  }
+  for (int hj = 0; hj < a.hv_per_k; ++hj) {
+    const int h = kh * a.hv_per_k + hj;
+    if (tid < kL) {
+      const int t = tid;
+      if (t < len) {
+        const int64_t r = base + t;
+        sg[t] = -expf(a.A_log[h]) * softplus_f(a.a[r * a.lda + h] + a.dt_bias[h]);
+        sb[t] = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+      } else {
+        sg[t] = sb[t] = 0.0f;
+      }
+    }
+    __syncthreads();
+    if (tid == 0)
+      for (int t = 1; t < len; ++t) sg[t] = sg[t - 1] + sg[t];
+    __syncthreads();
+    float* hv = w.hv + (static_cast<int64_t>(it) * v_heads + h) * kItemV;
+    float* M = hv + kHead;
 #pragma unroll
     for (int u = 0; u < 4; ++u)
 #pragma unroll
@@ -133,36 +157,30 @@ __global__ void __launch_bounds__(kThreads) delta_tiled_prep_kernel(DeltaArgs a,
         sA[i * kL + m] = m < i ? -(sb[i] * kk[u][v]) * dec : 0.0f;
         if (m <= i) M[m * kL + i] = qk[u][v] * dec;
       }
-  }
-  __syncthreads();
-  // Forward substitution, a thread per column: column c needs only its own earlier rows.
-  if (tid < kL) {
-    const int c = tid;
-    for (int i = c + 1; i < len; ++i) {
-      float acc = 0.0f;
-      for (int m = c + 1; m < i; ++m) acc = __fmaf_rn(sA[i * kL + m], sT[m * kL + c], acc);
-      sT[i * kL + c] = sA[i * kL + c] + acc;
+    __syncthreads();
+    // Forward substitution, a thread per column: column c needs only its own earlier rows.
+    if (tid < kL) {
+      const int c = tid;
+      for (int i = c + 1; i < len; ++i) {
+        float acc = 0.0f;
+        for (int m = c + 1; m < i; ++m) acc = __fmaf_rn(sA[i * kL + m], sT[m * kL + c], acc);
+        sT[i * kL + c] = sA[i * kL + c] + acc;
+      }
     }
-  }
-  __syncthreads();
-  for (int e = tid; e < kL * kL; e += kThreads) {
-    const int i = e / kL, m = e % kL;
-    if (m < i) M[e] = i < len ? sT[e] : 0.0f;
-  }
-  if (tid < kL) {
-    const int t = tid;
-    const float gl = sg[len - 1];
-    hv[t] = t < len ? expf(sg[t]) : 0.0f;
-    hv[kL + t] = t < len ? expf(gl - sg[t]) : 0.0f;
-    hv[2 * kL + t] = sb[t];
-    hv[3 * kL + t] = t == 0 ? expf(gl) : 0.0f;
-  }
-  if (h % a.hv_per_k == 0) {
-    float* hk = w.hk + (static_cast<int64_t>(it) * w.k_heads + kh) * kItemK;
-    for (int e = tid; e < 2 * kL * kKd / 4; e += kThreads) {
-      const int r = e / (kKd / 4), x = (e % (kKd / 4)) * 4;
-      *reinterpret_cast<float4*>(hk + r * kKd + x) = ld4(sQ + r * kKS + x);
+    __syncthreads();
+    for (int e = tid; e < kL * kL; e += kThreads) {
+      const int i = e / kL, m = e % kL;
+      if (m < i) M[e] = i < len ? sT[e] : 0.0f;
     }
+    if (tid < kL) {
+      const int t = tid;
+      const float gl = sg[len - 1];
+      hv[t] = t < len ? expf(sg[t]) : 0.0f;
+      hv[kL + t] = t < len ? expf(gl - sg[t]) : 0.0f;
+      hv[2 * kL + t] = sb[t];
+      hv[3 * kL + t] = t == 0 ? expf(gl) : 0.0f;
+    }
+    __syncthreads();  // the next v head rewrites sg, sb, sA and sT
   }
 }
 
@@ -381,7 +399,7 @@ void delta_tiled(CudaBackend& be, const DeltaArgs& a, const std::vector<SeqJob>&
     DeltaArgs ap = a;
     ap.jobs = a.jobs + j0;
     // A pass's prep waits (grid_wait) for the pass before it to finish reading the scratch.
-    launch_kernel(delta_tiled_prep_kernel, dim3(static_cast<unsigned>(nch), static_cast<unsigned>(v_heads)),
+    launch_kernel(delta_tiled_prep_kernel, dim3(static_cast<unsigned>(nch), static_cast<unsigned>(k_heads)),
                   kThreads, kPrepSmem, ap, w);
     check_launch(op);
     launch_kernel(delta_tiled_scan_kernel,
