@@ -154,7 +154,7 @@ void run_bench_attention(Backend& gpu) {
   bench_attention(gpu, 32, 4096, true, 20);
   bench_attention(gpu, 512, 512, false, 20);
   bench_attention(gpu, 4096, 4096, false, 5);
-  // Head dims of 256: Qwen3-Next's 16/2 and Gemma 3's 8/4, prefill of 4096 rows, and decode.
+  // Head dims of 256: Qwen3-Next's 16/2 and a wider kv group's 8/4, prefill of 4096 rows, and decode.
   bench_attention(gpu, 4096, 4096, false, 5, 16, 2, 256);
   bench_attention(gpu, 4096, 4096, false, 5, 8, 4, 256);
   bench_attention(gpu, 32, 4096, true, 20, 16, 2, 256);
