@@ -6,8 +6,7 @@
 # Writes $OUT/flash_wide.txt: the attention cases in bf16 under each setting (on plain, poisoned,
 # one head a block; off) beside the whole contract in bf16, whether the on and off forms measured
 # the same errors; then, where the wide form passed, the attention bench off and on, 8 layers of
-# Qwen3-Next's prefill profile off and on at 4,096 and 1,024 tokens, and where time is left Nsight
-# Compute's view of the gated delta's prep kernel.
+# Qwen3-Next's prefill profile off and on at 4,096 and 1,024 tokens.
 REPORT=flash_wide.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
@@ -45,18 +44,8 @@ for pp in 4096 1024; do
   for w in 0 ""; do
     echo "== profile qwen3-next-80b-a3b TF_CUDA_FLASH_WIDE=$w --pp $pp: $(TF_CUDA_FLASH_WIDE=$w timeout 60 "$B"/tensorfold bench \
       --model $M --device cuda --pp $pp --chunk 4096 --tg 2 --batch 1 --matmul-input bf16 --profile 2>&1 |
-      sed -n '/profile: prefill/,/profile: decode/p' | grep -E 'ms wall|attention|gated_delta' | tr -s ' ' | tr '\n' ' ')" >> "$R"
+      sed -n '/profile: prefill/,/profile: decode/p' | grep -E 'ms wall|attention' | tr -s ' ' | tr '\n' ' ')" >> "$R"
   done
 done
 el
-# Where time is left: Nsight Compute's view of the gated delta's prep kernel (the next lever).
-NCU=$(command -v ncu || find /usr/local -maxdepth 3 -path "*/bin/ncu" 2> /dev/null | head -1)
-if [ -n "$NCU" ] && [ $(($(date +%s) - T0)) -lt ${NCU_BEFORE:-330} ]; then
-  timeout 90 "$NCU" --section SpeedOfLight --section WarpStateStats --section Occupancy -k "regex:delta_tiled_prep" \
-    --launch-count 1 "$B"/tensorfold bench --model $M --device cuda --pp 4096 --chunk 4096 --tg 2 --batch 1 \
-    --matmul-input bf16 > "$OUT/ncu_prep.txt" 2>&1
-  grep -E 'Duration|Registers|Throughput|Stall|Achieved Occupancy|Theoretical Occupancy|Warp Cycles' "$OUT/ncu_prep.txt" |
-    head -30 >> "$R"
-  el
-fi
 cat "$R"
