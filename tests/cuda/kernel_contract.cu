@@ -118,6 +118,9 @@ void add_hybrid_kernels(std::vector<Case>& v) {
                  return delta_gate(real_delta(), g, c, delta_params(1, 2, 128, 128, 64),
                                    {{150, false, false}, {1, true, false}, {4, true, true}, {64, false, false}}, 93);
                }});
+  v.push_back({"gated_delta 1/2 heads k_dim=136 v_dim=40 chunk 16, past the register step form", [](Backend& g, Backend& c) {
+                 return delta_gate(real_delta(), g, c, delta_params(1, 2, 136, 40, 16), kSmallSeqs, 98);
+               }});
   v.push_back({"gated_delta 2/6 heads k_dim=128 v_dim=80 chunk 64, partial column tiles", [](Backend& g, Backend& c) {
                  return delta_gate(real_delta(), g, c, delta_params(2, 6, 128, 80, 64),
                                    {{300, false, false}, {1, true, false}, {65, false, false}, {3, true, true},

@@ -1,5 +1,6 @@
-// Gated DeltaNet on the GPU: the step (recurrent) form and the chunked (WY) form in one kernel
-// (cuda_delta_tiled.cu holds the chunked form on register tiles, for the real models' shapes).
+// Gated DeltaNet on the GPU: the step (recurrent) form, on register columns for the real models'
+// k_dim of 128, and the chunked (WY) form in one kernel (cuda_delta_tiled.cu holds the chunked
+// form on register tiles, for the real models' shapes).
 //
 // Order rule: the state's v columns evolve independently, so a block takes one sequence, one v
 // head and one tile of v columns; every sum runs in one fixed order that depends only on the
@@ -102,6 +103,116 @@ __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
     }
     __syncthreads();
   }
+}
+
+// Four floats of shared memory read anew: the second pass reads sk again rather than keep the
+// first pass's 128 values in registers, which would spill.
+__device__ __forceinline__ float4 lds4_again(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))));
+  return v;
+}
+
+constexpr int kRegKd = 128;   // the k_dim the register step form takes (the real models')
+constexpr int kRegCols = 32;  // v columns a register step block: one warp, a column a lane
+
+// Step form with a column's state in its lane's registers: a warp per (sequence, v head, 32 v
+// columns) loads each column once, runs every row's two passes on it, and stores it once. Each
+// lane makes the row's 1/|q|, 1/|k| (the butterfly gives every lane the same sums), exp(g) and beta
+// as delta_step_kernel does, and every chain is its chain, so the bits are the same. k_dim is a
+// constant so that the passes have no branch and their shared loads run ahead of the chains.
+__global__ void __launch_bounds__(kRegCols) delta_step_reg_kernel(DeltaArgs a) {
+  grid_wait();
+  grid_launch_next();
+  __shared__ __align__(16) float sq[kRegKd];
+  __shared__ __align__(16) float sk[kRegKd];
+  const SeqJob j = a.jobs[blockIdx.x];
+  if (j.n == 0) return;
+  const int h = blockIdx.y, kh = h / a.hv_per_k, lane = threadIdx.x, Vd = a.Vd;
+  const int c = blockIdx.z * kRegCols + lane;
+  const bool col = c < Vd;
+  const int64_t so = static_cast<int64_t>(h) * kRegKd * Vd + (col ? c : 0);
+  // The column comes in through shared memory by cp.async: every load in flight at once, with no
+  // register held for its value or address until the row's passes need it.
+  __shared__ float stage[kRegKd * kRegCols];
+  {
+    const float* S_in = a.pool + j.src + so;
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(stage + lane));
+#pragma unroll 8
+    for (int i = 0; i < kRegKd; ++i, S_in += Vd) cp_async4_at(dst + 4 * i * kRegCols, S_in, col);
+    cp_async_commit();
+  }
+  const float A = expf(a.A_log[h]), bias = a.dt_bias[h];
+  float s[kRegKd];
+  for (int t = 0; t < j.n; ++t) {
+    const int64_t r = j.row0 + t;
+    const float* qr = a.q + r * a.ldq + static_cast<int64_t>(kh) * kRegKd;
+    const float* kr = a.k + r * a.ldk + static_cast<int64_t>(kh) * kRegKd;
+    float qv[kRegKd / 32], kv4[kRegKd / 32];
+#pragma unroll
+    for (int u = 0; u < kRegKd / 32; ++u) qv[u] = qr[lane + 32 * u], kv4[u] = kr[lane + 32 * u];
+    float ssq = 0.0f, ssk = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kRegKd / 32; ++u) {
+      ssq = __fmaf_rn(qv[u], qv[u], ssq);
+      ssk = __fmaf_rn(kv4[u], kv4[u], ssk);
+    }
+    const float iq = 1.0f / sqrtf(warp_sum(ssq) + 1e-6f), ik = 1.0f / sqrtf(warp_sum(ssk) + 1e-6f);
+    const float eg = expf(-A * softplus_f(a.a[r * a.lda + h] + bias));
+    const float beta = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+    const float v = col ? a.v[r * a.ldv + static_cast<int64_t>(h) * Vd + c] : 0.0f;
+    __syncwarp();  // the row before has read sq and sk
+#pragma unroll
+    for (int u = 0; u < kRegKd / 32; ++u) {
+      sq[lane + 32 * u] = (qv[u] * iq) * a.scale;
+      sk[lane + 32 * u] = kv4[u] * ik;
+    }
+    if (t == 0) {
+      cp_async_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kRegKd; ++i) s[i] = stage[i * kRegCols + lane];
+    }
+    __syncwarp();
+    float kv = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRegKd; i += 4) {
+      const float4 k4 = *reinterpret_cast<const float4*>(sk + i);
+      s[i] = s[i] * eg, kv = __fmaf_rn(s[i], k4.x, kv);
+      s[i + 1] = s[i + 1] * eg, kv = __fmaf_rn(s[i + 1], k4.y, kv);
+      s[i + 2] = s[i + 2] * eg, kv = __fmaf_rn(s[i + 2], k4.z, kv);
+      s[i + 3] = s[i + 3] * eg, kv = __fmaf_rn(s[i + 3], k4.w, kv);
+    }
+    const float delta = (v - kv) * beta;
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRegKd; i += 4) {
+      const float4 k4 = lds4_again(sk + i), q4 = *reinterpret_cast<const float4*>(sq + i);
+      s[i] = __fmaf_rn(k4.x, delta, s[i]), o = __fmaf_rn(s[i], q4.x, o);
+      s[i + 1] = __fmaf_rn(k4.y, delta, s[i + 1]), o = __fmaf_rn(s[i + 1], q4.y, o);
+      s[i + 2] = __fmaf_rn(k4.z, delta, s[i + 2]), o = __fmaf_rn(s[i + 2], q4.z, o);
+      s[i + 3] = __fmaf_rn(k4.w, delta, s[i + 3]), o = __fmaf_rn(s[i + 3], q4.w, o);
+    }
+    if (!col) continue;
+    a.y[r * a.ldy + static_cast<int64_t>(h) * Vd + c] = o;
+    if (t + 1 < j.n && j.nkeep > 0) {
+      float* kp = a.keep_pool + a.keep[j.keep0 + t] + so;
+#pragma unroll
+      for (int i = 0; i < kRegKd; ++i, kp += Vd) *kp = s[i];
+    }
+  }
+  if (!col) return;
+  float* S = a.pool + j.dst + so;
+#pragma unroll
+  for (int i = 0; i < kRegKd; ++i, S += Vd) *S = s[i];
+}
+
+// Whether the step form runs on register columns (k_dim kRegKd, unless TF_CUDA_DELTA_REG is 0:
+// the shared-memory form, for side-by-side timing; the same bits).
+bool delta_step_reg(int k_dim) {
+  static const bool on = !env_zero("TF_CUDA_DELTA_REG");
+  return on && k_dim == kRegKd;
 }
 
 // Chunked form, block per (sequence, v head, tile of vt columns). Per chunk of L rows with
@@ -270,7 +381,13 @@ void CudaBackend::gated_delta(Cols q, Cols k, Cols v, Cols a, Cols b, const Weig
                  a.t.cols, b.t.cols, al, db, st.pool, st.keep_pool, d.step, d.keep, y.data, y.cols,
                  p.v_heads / p.k_heads, p.k_dim, p.v_dim, p.chunk, vt,
                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.k_dim)))};
-  if (!jobs.step.empty()) {
+  if (!jobs.step.empty() && delta_step_reg(p.k_dim)) {
+    launch_kernel(delta_step_reg_kernel,
+                  dim3(static_cast<unsigned>(jobs.step.size()), static_cast<unsigned>(p.v_heads),
+                       static_cast<unsigned>((p.v_dim + kRegCols - 1) / kRegCols)),
+                  kRegCols, 0, args);
+    check_launch(op);
+  } else if (!jobs.step.empty()) {
     const size_t smem = (2 * static_cast<size_t>(p.k_dim) + 4) * 4;
     TF_CUDA_CHECK(cudaFuncSetAttribute(delta_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)), op);

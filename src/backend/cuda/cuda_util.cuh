@@ -296,6 +296,11 @@ __device__ __forceinline__ void cp_async8_at(uint32_t dst, const void* src, bool
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0));
 }
 
+// 4 bytes the same way.
+__device__ __forceinline__ void cp_async4_at(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   cp_async16_at(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, valid);
 }
