@@ -387,6 +387,12 @@ std::vector<MoeCase> moe_kernel_cases() {
   add(spec(DType::BF16, 64, 32, 600, 4, true, Act::SiLU), 21, 104);
   // Qwen3-30B-A3B's routing: 128 experts, 8 picks, a lone row ranked by the whole block.
   add(spec(DType::BF16, 256, 96, 128, 8, true, Act::SiLU), 24, 112);
+  // Qwen3-Next's routing: 512 experts, 10 picks; a lone row ranks among the warps' best.
+  add(spec(DType::BF16, 64, 32, 512, 10, true, Act::SiLU), 20, 116);
+  // Sigmoid routing over one group of 384 experts, a lone row likewise.
+  MoeSpec wide_sig = sigmoid_spec();
+  wide_sig.E = 384, wide_sig.n_group = 1, wide_sig.topk_group = 1;
+  add(wide_sig, 19, 117);
   // A prefill's routing: pairs over several of the listing block's tiles, experts in many warps.
   add(spec(DType::BF16, 64, 48, 128, 8, true, Act::SiLU), 300, 113);
   // A prefill chunk's experts: 150 pairs an expert (and 75 at M / 2) take the warpgroup tiles, the

@@ -7,6 +7,7 @@
 // (a total order, so neither form can change a choice) and the same sums in the same order.
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_util.cuh"
@@ -17,6 +18,7 @@ namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kRouteOneBlockRows = 64;  // rows one routing block takes (8 a warp); more use a grid
+constexpr int kRankAll = 256;           // experts up to which a lone row's rank counts all pairs
 
 constexpr int kPerLane = kMaxExperts / 32;
 
@@ -196,6 +198,48 @@ __device__ int route_sigmoid_row(const float* s, const float* bias, int n, int n
   return e;
 }
 
+// The k best of experts 0..n-1 (values v, NaN already mapped) by the whole block, into picked[0..k)
+// in rank order: each warp's k best of its run of experts by warp rounds, then each candidate
+// counts the candidates that rank before it. Every expert that ranks before one of the k best is
+// itself a candidate, so the counts are the ranks the all-pairs count gives.
+__device__ void rank_by_warps(const float* v, int n, int k, int32_t* picked) {
+  constexpr int kWarps = kRouteThreads / 32, kSlots = kMaxExperts / kWarps / 32;
+  __shared__ float cv[kWarps * kMaxK];
+  __shared__ int32_t ci[kWarps * kMaxK];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int per = (n + kWarps - 1) / kWarps, lo = warp * per, hi = min(n, lo + per);
+  float x[kSlots];
+  uint32_t live = 0;  // bit t: expert lo + lane + 32 t is in the run and not yet taken
+#pragma unroll
+  for (int t = 0; t < kSlots; ++t) {
+    const int i = lo + lane + 32 * t;
+    x[t] = i < hi ? v[i] : 0.0f;
+    live |= i < hi ? 1u << t : 0u;
+  }
+  for (int j = 0; j < k; ++j) {
+    float bv = 0.0f;
+    int bi = -1;
+#pragma unroll
+    for (int t = 0; t < kSlots; ++t) {
+      const int i = lo + lane + 32 * t;
+      if (((live >> t) & 1u) && (bi < 0 || ranks_before(x[t], i, bv, bi))) bv = x[t], bi = i;
+    }
+    warp_best(bv, bi);
+    if (bi >= 0 && (bi - lo) % 32 == lane) live &= ~(1u << ((bi - lo) / 32));
+    if (lane == 0) cv[warp * k + j] = bv, ci[warp * k + j] = bi;
+  }
+  __syncthreads();
+  const int nc = kWarps * k;
+  for (int c = static_cast<int>(threadIdx.x); c < nc; c += static_cast<int>(blockDim.x)) {
+    const int i = ci[c];
+    if (i < 0) continue;
+    const float vi = cv[c];
+    int before = 0;
+    for (int d = 0; d < nc; ++d) before += ci[d] >= 0 && ranks_before(cv[d], ci[d], vi, i);
+    if (before < k) picked[before] = i;
+  }
+}
+
 // Exclusive prefix sums of a[0..n) in place by the whole block (each thread a run of them, then
 // the runs' totals scanned); returns the total. Integers, so any order gives the same sums.
 __device__ int block_scan(int32_t* a, int n) {
@@ -313,13 +357,14 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int rpi, int32_t* orde
 // A row's scores come from its logits in the warp's shared row (n floats a warp).
 // With rank (one row, no group choice): the block ranks every expert at once, a thread counting
 // the experts that rank before its own, where warp_pick's k rounds of the warp's best are one long
-// chain. The same values and total order give the same picks in the same order; warp 0 then
-// weighs them as route_softmax_row / route_sigmoid_row do.
+// chain; with rank_warps (many experts) the count runs over each warp's k best instead. The same
+// values and total order give the same picks in the same order; warp 0 then weighs them as
+// route_softmax_row / route_sigmoid_row do.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* logits, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int rpi, int32_t* items, int32_t* n_items,
-                                 bool lists, bool rank) {
+                                 bool lists, bool rank, bool rank_warps) {
   extern __shared__ float scores[];
   __shared__ int32_t few_idx[32];  // the pairs' experts when they number at most 32, for warp_lists
   __shared__ int32_t picked[kMaxK];
@@ -335,12 +380,16 @@ __global__ void moe_route_kernel(const float* logits, const float* bias, int row
     for (int i = threadIdx.x; i < n; i += blockDim.x)
       v[i] = kSigmoid ? nan_low(bias ? scores[i] + bias[i] : scores[i]) : isnan(scores[i]) ? -1.0f : scores[i];
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float vi = v[i];
-      int before = 0;
+    if (rank_warps) {
+      rank_by_warps(v, n, k, picked);
+    } else {
+      for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float vi = v[i];
+        int before = 0;
 #pragma unroll 8
-      for (int j = 0; j < n; ++j) before += ranks_before(v[j], j, vi, i);
-      if (before < k) picked[before] = i;
+        for (int j = 0; j < n; ++j) before += ranks_before(v[j], j, vi, i);
+        if (before < k) picked[before] = i;
+      }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -388,6 +437,17 @@ bool route_rank() {
   return on;
 }
 
+// Whether a ranked row of n experts counts ranks among the warps' k best (rank_by_warps): past
+// kRankAll experts, where the all-pairs count grows as n squared (TF_CUDA_ROUTE_WARPS=0: never,
+// =1: always; the same picks either way).
+bool route_rank_warps(int n) {
+  static const int mode = [] {
+    const char* e = std::getenv("TF_CUDA_ROUTE_WARPS");
+    return e ? std::atoi(e) : -1;
+  }();
+  return mode < 0 ? n > kRankAll : mode > 0;
+}
+
 }  // namespace
 
 void moe_route(const float* logits, const float* bias, int m, int E, const MoeRoute& route, int rpi,
@@ -402,11 +462,11 @@ void moe_route(const float* logits, const float* bias, int m, int E, const MoeRo
   if (route.sigmoid) {
     launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits, bias, m, E, route.n_group,
                   route.topk_group, route.k, route.norm, route.scale, out.idx, out.w, out.order, rpi, out.items,
-                  out.n_items, one_block, rank_one && route.topk_group >= route.n_group);
+                  out.n_items, one_block, rank_one && route.topk_group >= route.n_group, route_rank_warps(E));
   } else {
     launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits, nullptr, m, E, 1, 1,
                   route.k, route.norm, 1.0f, out.idx, out.w, out.order, rpi, out.items, out.n_items, one_block,
-                  rank_one);
+                  rank_one, route_rank_warps(E));
   }
   if (!one_block)
     launch_kernel(moe_lists_kernel, 1, kRouteThreads, 0, out.idx, static_cast<int>(P), E, rpi, out.order,
