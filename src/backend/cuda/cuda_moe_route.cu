@@ -235,6 +235,7 @@ __device__ void rank_by_warps(const float* v, int n, int k, int32_t* picked) {
     if (i < 0) continue;
     const float vi = cv[c];
     int before = 0;
+#pragma unroll 8
     for (int d = 0; d < nc; ++d) before += ci[d] >= 0 && ranks_before(cv[d], ci[d], vi, i);
     if (before < k) picked[before] = i;
   }
