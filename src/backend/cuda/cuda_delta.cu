@@ -54,10 +54,10 @@ __global__ void __launch_bounds__(kStepThreads) delta_step_kernel(DeltaArgs a) {
       ssq = warp_sum(ssq);
       ssk = warp_sum(ssk);
       if (tid == 0) {
-        sc[0] = 1.0f / sqrtf(ssq + 1e-6f);
-        sc[1] = 1.0f / sqrtf(ssk + 1e-6f);
-        sc[2] = expf(-A * softplus_f(a.a[r * a.lda + h] + bias));
-        sc[3] = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+        sc[0] = delta_inv_norm(ssq);
+        sc[1] = delta_inv_norm(ssk);
+        sc[2] = expf(delta_g(A, a.a[r * a.lda + h], bias));
+        sc[3] = delta_beta(a.b[r * a.ldb + h]);
       }
     }
     __syncthreads();
@@ -159,9 +159,8 @@ __global__ void __launch_bounds__(kRegCols) delta_step_reg_kernel(DeltaArgs a) {
       ssq = __fmaf_rn(qv[u], qv[u], ssq);
       ssk = __fmaf_rn(kv4[u], kv4[u], ssk);
     }
-    const float iq = 1.0f / sqrtf(warp_sum(ssq) + 1e-6f), ik = 1.0f / sqrtf(warp_sum(ssk) + 1e-6f);
-    const float eg = expf(-A * softplus_f(a.a[r * a.lda + h] + bias));
-    const float beta = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+    const float iq = delta_inv_norm(warp_sum(ssq)), ik = delta_inv_norm(warp_sum(ssk));
+    const float eg = expf(delta_g(A, a.a[r * a.lda + h], bias)), beta = delta_beta(a.b[r * a.ldb + h]);
     const float v = col ? a.v[r * a.ldv + static_cast<int64_t>(h) * Vd + c] : 0.0f;
     __syncwarp();  // the row before has read sq and sk
 #pragma unroll
@@ -260,14 +259,14 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_kernel(DeltaArgs a)
         ssq = __fmaf_rn(qr[i], qr[i], ssq);
         ssk = __fmaf_rn(kr[i], kr[i], ssk);
       }
-      const float iq = 1.0f / sqrtf(warp_sum(ssq) + 1e-6f), ik = 1.0f / sqrtf(warp_sum(ssk) + 1e-6f);
+      const float iq = delta_inv_norm(warp_sum(ssq)), ik = delta_inv_norm(warp_sum(ssk));
       for (int i = lane; i < Kd; i += 32) {
         sQ[t * KS + i] = (qr[i] * iq) * a.scale;
         sK[t * KS + i] = kr[i] * ik;
       }
       if (lane == 0) {
-        sg[t] = -Ah * softplus_f(a.a[r * a.lda + h] + bias);
-        sb[t] = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+        sg[t] = delta_g(Ah, a.a[r * a.lda + h], bias);
+        sb[t] = delta_beta(a.b[r * a.ldb + h]);
       }
     }
     __syncthreads();

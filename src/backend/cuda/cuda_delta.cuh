@@ -26,6 +26,12 @@ struct DeltaArgs {
 
 __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
+// The rule's per-row terms, made alike by every form: g = -A softplus(a + dt_bias) with
+// A = exp(A_log) (its decay is exp(g)), beta = sigmoid(b), and 1 / |x| from x's sum of squares.
+__device__ __forceinline__ float delta_g(float A, float a, float dt_bias) { return -A * softplus_f(a + dt_bias); }
+__device__ __forceinline__ float delta_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
+__device__ __forceinline__ float delta_inv_norm(float ss) { return 1.0f / sqrtf(ss + 1e-6f); }
+
 // Whether the tiled form takes chunked sequences of this k_dim and chunk: 128 and 64, unless
 // TF_CUDA_DELTA_TILED is 0.
 bool delta_tiled_takes(int k_dim, int chunk);

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) delta_tiled_prep_kernel(DeltaArgs a,
         ssq = __fmaf_rn(qv[n][u], qv[n][u], ssq);
         ssk = __fmaf_rn(kv[n][u], kv[n][u], ssk);
       }
-      const float iq = 1.0f / sqrtf(warp_sum(ssq) + 1e-6f), ik = 1.0f / sqrtf(warp_sum(ssk) + 1e-6f);
+      const float iq = delta_inv_norm(warp_sum(ssq)), ik = delta_inv_norm(warp_sum(ssk));
 #pragma unroll
       for (int u = 0; u < kKd / 32; ++u) {
         sQ[t * kKS + lane + 32 * u] = (qv[n][u] * iq) * a.scale;
@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kThreads) delta_tiled_prep_kernel(DeltaArgs a,
       const int t = tid;
       if (t < len) {
         const int64_t r = base + t;
-        sg[t] = -expf(a.A_log[h]) * softplus_f(a.a[r * a.lda + h] + a.dt_bias[h]);
-        sb[t] = 1.0f / (1.0f + expf(-a.b[r * a.ldb + h]));
+        sg[t] = delta_g(expf(a.A_log[h]), a.a[r * a.lda + h], a.dt_bias[h]);
+        sb[t] = delta_beta(a.b[r * a.ldb + h]);
       } else {
         sg[t] = sb[t] = 0.0f;
       }
