@@ -65,6 +65,13 @@ __device__ __forceinline__ void wg_issue_scores(float (&sc)[8][4], const uint32_
 #endif
 }
 
+// Shared memory of a wgmma flash form's two stages of D-dim K and V tiles, their slots and the
+// tiles' 1024-byte alignment.
+template <int D>
+constexpr size_t wg_tiles_smem() {
+  return 4 * static_cast<size_t>(D) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024;
+}
+
 // Its V products for dims 64h..64h + 63: the weights' A fragments pa times the V tile vt read
 // N-major (key step j of panel h starts 16 j rows into it), committed as one group.
 __device__ __forceinline__ void wg_issue_pv(float (&os)[8][4], const uint32_t (&pa)[4][4], const uint16_t* vt, int h) {
@@ -85,8 +92,7 @@ __device__ __forceinline__ void wg_issue_pv(float (&os)[8][4], const uint32_t (&
 // folds, and the bits, are flash_bf16_kernel's. Two blocks an SM, so no register spills. Every
 // head dim stages 128 dims (zeros past head_dim): a 64-dim form failed the contract on blocks of
 // more than one split, so it is not built.
-constexpr size_t kFlashWgSmem =
-    4 * static_cast<size_t>(kChunk) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024;
+constexpr size_t kFlashWgSmem = wg_tiles_smem<kChunk>();
 
 __global__ void __launch_bounds__(kThreads, 2) flash_wg_kernel(Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -155,9 +161,8 @@ constexpr int kWg2Threads = 256;
 constexpr int kXch = 128;  // exchange slots: one a thread of a warpgroup
 template <int D>
 constexpr size_t wg2_smem() {
-  return 4 * static_cast<size_t>(D) * kSplit * sizeof(uint16_t) + 2 * kSplit * sizeof(int64_t) + 1024 +
-         static_cast<size_t>(D) * kFlashPairs * sizeof(uint16_t) +
-         (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);  // tiles, slots, alignment, q, then xp, xm and xs
+  return wg_tiles_smem<D>() + static_cast<size_t>(D) * kFlashPairs * sizeof(uint16_t) +
+         (2 * 8 + 2 * 2 + 2) * kXch * sizeof(uint32_t);  // q, then xp, xm and xs
 }
 
 // q's pairs as one swizzled K-major tile of D dims (D / 64 panels), rounded as load_q16 rounds;
