@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_argmax.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/sampling.h"
@@ -32,20 +33,6 @@ __device__ __forceinline__ void for_rounds(int64_t n, F f) {
 __device__ __forceinline__ void load_round(float (&v)[kUnroll], const float* row, int64_t n, int64_t i0, float pad) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < n ? row[i0 + u * kSampleThreads] : pad;
-}
-
-// (v, i) beats (bv, bi) when larger, or equal with a lower id; NaN never beats anything.
-__device__ __forceinline__ bool argmax_beats(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
-// The best (value, id) by argmax_beats of a warp's pairs, in every lane.
-__device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
-  for (int off = 16; off > 0; off >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, bv, off);
-    const int i = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (argmax_beats(v, i, bv, bi)) bv = v, bi = i;
-  }
 }
 
 // base/argmax.h's rule over one row, by the whole block; every thread gets the id. The rule is a
@@ -528,65 +515,6 @@ __global__ void __launch_bounds__(kSampleThreads)
   ids[blockIdx.x] = -1;
 }
 
-constexpr int kArgmaxThreads = 256;
-constexpr int kArgmaxSpan = kArgmaxThreads * kUnroll;  // ids a greedy slice block takes
-
-// Greedy specs over many blocks: block (x, y) finds the best (value, id) of ids x * kArgmaxSpan ..
-// of spec y's row, by block_argmax's rule; argmax_fold_kernel takes the best of the slices. The
-// rule is a total order, so the winner is the one block's.
-__global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_slices_kernel(const float* __restrict__ logits, int64_t V, const SampleSpec* __restrict__ specs,
-                         int2* part) {
-  grid_wait();
-  grid_launch_next();
-  __shared__ float sv[kArgmaxThreads / 32];
-  __shared__ int si[kArgmaxThreads / 32];
-  const float* row = logits + static_cast<int64_t>(specs[blockIdx.y].row) * V;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kArgmaxSpan + threadIdx.x;
-  float v[kUnroll];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kArgmaxThreads < V ? row[i0 + u * kArgmaxThreads] : NAN;
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int i = static_cast<int>(i0 + u * kArgmaxThreads);
-    if (i0 + u * kArgmaxThreads < V && argmax_beats(v[u], i, bv, bi)) bv = v[u], bi = i;
-  }
-  warp_argmax(bv, bi);
-  if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  for (int w = 1; w < kArgmaxThreads / 32; ++w)
-    if (argmax_beats(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
-  part[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = make_int2(__float_as_int(bv), bi);
-}
-
-// One warp a greedy spec: the best of its slices' pairs, and block_argmax's answer for the row.
-__global__ void __launch_bounds__(32)
-    argmax_fold_kernel(const float* __restrict__ logits, int64_t V, const SampleSpec* __restrict__ specs,
-                       const int2* __restrict__ part, int slices, int32_t* ids) {
-  grid_wait();
-  grid_launch_next();
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int g = threadIdx.x; g < slices; g += 32) {
-    const int2 p = part[static_cast<int64_t>(blockIdx.x) * slices + g];
-    if (argmax_beats(__int_as_float(p.x), p.y, bv, bi)) bv = __int_as_float(p.x), bi = p.y;
-  }
-  warp_argmax(bv, bi);
-  if (threadIdx.x != 0) return;
-  const float* row = logits + static_cast<int64_t>(specs[blockIdx.x].row) * V;
-  ids[blockIdx.x] = isnan(row[0]) || bi == INT_MAX ? 0 : bi;
-}
-
-// Whether a call whose specs are all greedy and unpenalized takes the argmax over many blocks
-// (TF_CUDA_SAMPLE_SPLIT=0: one block a spec, for side-by-side timing; the same ids).
-bool sample_split() {
-  static const bool on = !env_zero("TF_CUDA_SAMPLE_SPLIT");
-  return on;
-}
-
 // Whether sampling brackets its thresholds (TF_CUDA_SAMPLE_SEARCH=full: the rule's bit-by-bit
 // searches alone, for side-by-side timing; the same ids).
 bool sample_bracket() {
@@ -619,33 +547,24 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
   const auto* d_blob = static_cast<const uint8_t*>(meta(blob.data(), blob.size()));
   const auto* d_specs = reinterpret_cast<const SampleSpec*>(d_blob);
   const auto* d_pens = reinterpret_cast<const PenaltyToken*>(d_blob + off);
-  bool penalized = false, greedy = true;
+  bool penalized = false;
+  size_t weighted = 0;  // specs that draw (not greedy): the only ones whose weights are kept
   for (const SampleSpec& s : specs) {
     penalized = penalized || s.pen_count > 0;
-    greedy = greedy && (!(s.temperature > 0.0f) || s.top_k == 1 || logits.cols <= 1);
+    weighted += s.temperature > 0.0f && s.top_k != 1 ? 1 : 0;
   }
   auto* d_ids = static_cast<int32_t*>(buffer(kSlotSample, specs.size() * sizeof(int32_t)));
-  if (greedy && !penalized && sample_split()) {
-    const int64_t slices = (logits.cols + kArgmaxSpan - 1) / kArgmaxSpan;
-    auto* part = static_cast<int2*>(buffer(kSlotSampleWeights, specs.size() * slices * sizeof(int2)));
-    launch_kernel(argmax_slices_kernel, dim3(static_cast<unsigned>(slices), static_cast<unsigned>(specs.size())),
-                  kArgmaxThreads, 0, logits.data, logits.cols, d_specs, part);
-    launch_kernel(argmax_fold_kernel, static_cast<unsigned>(specs.size()), 32, 0, logits.data, logits.cols, d_specs,
-                  static_cast<const int2*>(part), static_cast<int>(slices), d_ids);
-    check_launch("sample_rows");
-    const WaitScope wait(*this);
-    TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, specs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "sample_rows");
-    return;
-  }
-  auto* rows = penalized ? static_cast<float*>(buffer(kSlotSamplePenalized, specs.size() * logits.cols * sizeof(float)))
-                         : nullptr;
-  // Weights of sampled (not greedy) specs only.
-  size_t weighted = 0;
-  for (const SampleSpec& s : specs) weighted += s.temperature > 0.0f && s.top_k != 1 ? 1 : 0;
-  auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
+  if ((weighted == 0 || logits.cols <= 1) && !penalized && sample_split()) {
+    auto* part = static_cast<int2*>(buffer(kSlotSampleWeights, specs.size() * argmax_slices(logits.cols) * sizeof(int2)));
+    launch_greedy_argmax(logits.data, logits.cols, d_specs, static_cast<unsigned>(specs.size()), part, d_ids);
+  } else {
+    auto* rows = penalized ? static_cast<float*>(buffer(kSlotSamplePenalized, specs.size() * logits.cols * sizeof(float)))
                            : nullptr;
-  launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data,
-                logits.cols, d_specs, d_pens, scratch, rows, d_ids, sample_bracket());
+    auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
+                             : nullptr;
+    launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data,
+                  logits.cols, d_specs, d_pens, scratch, rows, d_ids, sample_bracket());
+  }
   check_launch("sample_rows");
   const WaitScope wait(*this);
   TF_CUDA_CHECK(cudaMemcpy(ids, d_ids, specs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "sample_rows");
