@@ -1,5 +1,6 @@
-// Sampling on the device: one block a spec runs sampling.h's rule step for step, so the ids equal
-// the cpu's sample_row and never depend on the other rows.
+// Sampling on the device: a team of blocks a spec (a thread block cluster, or one block) runs
+// sampling.h's rule step for step, so the ids equal the cpu's sample_row and never depend on the
+// other rows or on how many blocks a team has.
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -19,14 +20,93 @@ namespace {
 constexpr int kSampleThreads = 512, kSampleWarps = kSampleThreads / 32;
 constexpr int kUnroll = 4;              // logits (or chunks) a thread loads before it uses any
 constexpr int kNucleusBuckets = 1024;   // the top_p bracket: three levels of 10 bits over [0, 1.0]'s 30
+constexpr int kKeyBuckets = 4096;       // top_k's widest level: 12 bits
 constexpr uint32_t kOne = 0x3f800000u;  // 1.0f: weights lie in [0, 1]
+constexpr int kTeamMax = 16;            // blocks a spec's team may have (a non-portable cluster size)
+constexpr int kTeamSpan = kUnroll * kSampleThreads;  // ids a block takes a round
 
-// Calls f(i0) once a round of a pass over n ids, the rounds the same for a whole warp: the thread
-// takes ids i0 + u * kSampleThreads (u < kUnroll) and checks each against n itself.
+// The blocks that draw one spec: a cluster of `size` along y whose rank is blockIdx.y, or one
+// block. Passes split their ids over the team; a reduction's shares go through each block's
+// shared memory, and every block combines them in rank order, so all get the same bits and take
+// the same branches. The block's scratch in (dynamic) shared memory rides along.
+struct Team {
+  unsigned rank, size;
+  double* cs;          // every chunk sum of the last canonical sum [kSampleMaxChunks]
+  double* tree;        // its pairwise tree [kSampleMaxChunks]
+  double* hist;        // this block's share of the bracket's sums [kNucleusBuckets]
+  double* hist_all;    // the team's [kNucleusBuckets]
+  unsigned* counts;    // this block's share of top_k's counts [kKeyBuckets]
+  unsigned* counts_all;  // the team's [kKeyBuckets]
+  unsigned* part;      // block_walk_counts' partial sums [kSampleThreads]
+};
+constexpr size_t kTeamSmem = sizeof(double) * (2 * kSampleMaxChunks + 2 * kNucleusBuckets) +
+                             sizeof(unsigned) * (2 * kKeyBuckets + kSampleThreads);
+
+// The team's exchanges keep one cluster barrier arrival outstanding between them: a block waits on
+// it (team_open) before it writes a share the others read, so it never overwrites one still being
+// read; team_publish makes the writes seen; team_close arrives once the shares are read. Alone, a
+// block syncs its threads instead. Every thread of the team calls each.
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#else
+  __trap();  // teams launch as clusters only where cluster_on()
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void team_open(const Team& t) {
+  if (t.size > 1) cluster_wait();
+  else __syncthreads();
+}
+__device__ __forceinline__ void team_publish(const Team& t) {
+  if (t.size > 1) cluster_arrive(), cluster_wait();
+  else __syncthreads();
+}
+__device__ __forceinline__ void team_close(const Team& t) {
+  if (t.size > 1) cluster_arrive();
+}
+
+// p's place in the shared memory of the team's block r.
+template <class T>
+__device__ __forceinline__ T* team_at(const Team& t, T* p, unsigned r) {
+  if (t.size == 1) return p;
+  uint64_t q = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mapa.u64 %0, %1, %2;\n" : "=l"(q) : "l"(reinterpret_cast<uint64_t>(p)), "r"(r));
+#endif
+  return reinterpret_cast<T*>(q);
+}
+
+// acc folded with every block's copy of *p by op, in rank order; the loads of each eight blocks
+// issue before any is used.
+template <class T, class F>
+__device__ __forceinline__ T team_fold(const Team& t, const T* p, T acc, F op) {
+  constexpr unsigned kAhead = 8;
+  for (unsigned q0 = 0; q0 < t.size; q0 += kAhead) {
+    T v[kAhead];
+#pragma unroll
+    for (unsigned u = 0; u < kAhead; ++u)
+      if (q0 + u < t.size) v[u] = *team_at(t, p, q0 + u);
+#pragma unroll
+    for (unsigned u = 0; u < kAhead; ++u)
+      if (q0 + u < t.size) acc = op(acc, v[u]);
+  }
+  return acc;
+}
+
+// Calls f(i0) once a round of the block's share of a pass over n ids, the rounds the same for a
+// whole warp: block rank takes rounds rank, rank + size, ... of kTeamSpan ids, and the thread ids
+// i0 + u * kSampleThreads (u < kUnroll) of each, checking each against n itself.
 template <class F>
-__device__ __forceinline__ void for_rounds(int64_t n, F f) {
-  const int64_t w0 = threadIdx.x - threadIdx.x % 32;
-  for (int64_t r = w0; r < n; r += kUnroll * kSampleThreads) f(r + threadIdx.x % 32);
+__device__ __forceinline__ void for_rounds(const Team& t, int64_t n, F f) {
+  const int64_t w0 = static_cast<int64_t>(t.rank) * kTeamSpan + threadIdx.x - threadIdx.x % 32;
+  for (int64_t r = w0; r < n; r += static_cast<int64_t>(t.size) * kTeamSpan) f(r + threadIdx.x % 32);
 }
 
 // The values of one round of for_rounds at i0: ids i0 + u * kSampleThreads, pad past n.
@@ -35,14 +115,15 @@ __device__ __forceinline__ void load_round(float (&v)[kUnroll], const float* row
   for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kSampleThreads < n ? row[i0 + u * kSampleThreads] : pad;
 }
 
-// base/argmax.h's rule over one row, by the whole block; every thread gets the id. The rule is a
-// total order, so the order the block visits ids in does not change the winner.
-__device__ int block_argmax(const float* row, int64_t cols) {
+// base/argmax.h's rule over one row, by the whole team; every thread gets the id. The rule is a
+// total order, so the order the team visits ids in does not change the winner.
+__device__ int block_argmax(const Team& t, const float* row, int64_t cols) {
   __shared__ float sv[kSampleWarps];
   __shared__ int si[kSampleWarps];
+  __shared__ int2 tb;  // the block's best: value bits, id
   float bv = -INFINITY;
   int bi = INT_MAX;
-  for_rounds(cols, [&](int64_t i0) {
+  for_rounds(t, cols, [&](int64_t i0) {
     float v[kUnroll];
     load_round(v, row, cols, i0, NAN);
 #pragma unroll
@@ -57,17 +138,26 @@ __device__ int block_argmax(const float* row, int64_t cols) {
   bv = sv[0], bi = si[0];
   for (int w = 1; w < kSampleWarps; ++w)
     if (argmax_beats(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
-  __syncthreads();
+  team_open(t);
+  if (threadIdx.x == 0) tb = make_int2(__float_as_int(bv), bi);
+  team_publish(t);
+  const int2 best = team_fold(t, &tb, make_int2(__float_as_int(-INFINITY), INT_MAX), [](int2 a, int2 b) {
+    return argmax_beats(__int_as_float(b.x), b.y, __int_as_float(a.x), a.y) ? b : a;
+  });
+  bi = best.y;
+  team_close(t);
   return isnan(row[0]) || bi == INT_MAX ? 0 : bi;
 }
 
-// Largest non-NaN value of the row (order-free) and how many logits are not NaN, by the whole block.
-__device__ float block_max_count(const float* row, int64_t cols, int64_t& valid) {
+// Largest non-NaN value of the row (order-free) and how many logits are not NaN, by the whole team.
+__device__ float block_max_count(const Team& t, const float* row, int64_t cols, int64_t& valid) {
   __shared__ float sm[kSampleWarps];
   __shared__ long long sc[kSampleWarps];
+  __shared__ float tm;
+  __shared__ long long tc;
   float m = -INFINITY;
   long long n = 0;
-  for_rounds(cols, [&](int64_t i0) {
+  for_rounds(t, cols, [&](int64_t i0) {
     float v[kUnroll];
     load_round(v, row, cols, i0, NAN);
 #pragma unroll
@@ -82,27 +172,37 @@ __device__ float block_max_count(const float* row, int64_t cols, int64_t& valid)
   __syncthreads();
   m = sm[0], n = 0;
   for (int w = 0; w < kSampleWarps; ++w) m = sm[w] > m ? sm[w] : m, n += sc[w];
-  __syncthreads();
+  team_open(t);
+  if (threadIdx.x == 0) tm = m, tc = n;
+  team_publish(t);
+  m = team_fold(t, &tm, -INFINITY, [](float a, float b) { return b > a ? b : a; });
+  n = team_fold(t, &tc, 0LL, [](long long a, long long b) { return a + b; });
+  team_close(t);
   valid = n;
   return m;
 }
 
-// Logits that are not NaN and whose key is at least t, by the whole block.
-__device__ int64_t block_count_keys(const float* row, int64_t cols, uint32_t t) {
+// Logits that are not NaN and whose key is at least k, by the whole team.
+__device__ int64_t block_count_keys(const Team& t, const float* row, int64_t cols, uint32_t k) {
   __shared__ long long sc[kSampleWarps];
+  __shared__ long long tc;
   long long n = 0;
-  for_rounds(cols, [&](int64_t i0) {
+  for_rounds(t, cols, [&](int64_t i0) {
     float v[kUnroll];
     load_round(v, row, cols, i0, NAN);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) n += v[u] == v[u] && sample_key(v[u]) >= t;
+    for (int u = 0; u < kUnroll; ++u) n += v[u] == v[u] && sample_key(v[u]) >= k;
   });
   for (int off = 16; off > 0; off >>= 1) n += __shfl_xor_sync(0xffffffffu, n, off);
   if (threadIdx.x % 32 == 0) sc[threadIdx.x / 32] = n;
   __syncthreads();
   n = 0;
   for (int w = 0; w < kSampleWarps; ++w) n += sc[w];
-  __syncthreads();
+  team_open(t);
+  if (threadIdx.x == 0) tc = n;
+  team_publish(t);
+  n = team_fold(t, &tc, 0LL, [](long long a, long long b) { return a + b; });
+  team_close(t);
   return n;
 }
 
@@ -172,30 +272,35 @@ __device__ int block_walk_counts(const unsigned* counts, int n, long long k, uns
 
 // The k-th largest key of the row's non-NaN logits (1 <= k <= their count): the largest t that at
 // least k keys reach, exactly. Three passes, each counting the keys under the bits found so far by
-// their next 12, 12 and 8 (the first 12 spread a row's few exponents over many counters); counts
-// (4,096 words) and part (kSampleThreads words) are the block's scratch.
-__device__ uint32_t block_kth_key(const float* row, int64_t cols, int64_t k, unsigned* counts, unsigned* part) {
+// their next 12, 12 and 8 (the first 12 spread a row's few exponents over many counters).
+__device__ uint32_t block_kth_key(const Team& t, const float* row, int64_t cols, int64_t k) {
   constexpr int kWidth[3] = {12, 12, 8};
   uint32_t prefix = 0, mask = 0;
   int shift = 32;
   for (int level = 0; level < 3; ++level) {
     shift -= kWidth[level];
     const int n = 1 << kWidth[level], nb = n < kSampleThreads ? kSampleThreads : n;
-    for (int b = threadIdx.x; b < nb; b += kSampleThreads) counts[b] = 0;
+    team_open(t);
+    for (int b = threadIdx.x; b < nb; b += kSampleThreads) t.counts[b] = 0;
     __syncthreads();
-    for_rounds(cols, [&](int64_t i0) {
+    for_rounds(t, cols, [&](int64_t i0) {
       float v[kUnroll];
       load_round(v, row, cols, i0, NAN);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const uint32_t key = v[u] == v[u] ? sample_key(v[u]) : 0u;  // NaN (and ids past the row) key 0: below every key
         const bool in = key != 0u && (key & mask) == prefix;
-        count_add(counts, in ? (key >> shift) & static_cast<uint32_t>(n - 1) : kNone);
+        count_add(t.counts, in ? (key >> shift) & static_cast<uint32_t>(n - 1) : kNone);
       }
     });
+    team_publish(t);
+    for (int b = threadIdx.x; b < nb; b += kSampleThreads) {
+      t.counts_all[b] = team_fold(t, t.counts + b, 0u, [](unsigned a, unsigned c) { return a + c; });
+    }
+    team_close(t);
     __syncthreads();
     long long rest = 0;
-    const int at = block_walk_counts(counts, nb, k, part, &rest);
+    const int at = block_walk_counts(t.counts_all, nb, k, t.part, &rest);
     prefix |= static_cast<uint32_t>(at) << shift;
     mask |= static_cast<uint32_t>(n - 1) << shift;
     k = rest;
@@ -204,7 +309,7 @@ __device__ uint32_t block_kth_key(const float* row, int64_t cols, int64_t k, uns
 }
 
 // A row's weights, computed once into e (global scratch: every later pass reads them back from L2
-// instead of recomputing them).
+// instead of recomputing them; a team's blocks read each other's).
 struct RowRule {
   const float* w;
   float* e;
@@ -220,11 +325,19 @@ __device__ __forceinline__ void hist_add(double* hist, unsigned b, float v) {
   const unsigned b0 = __shfl_sync(0xffffffffu, b, 0);
   if (__all_sync(0xffffffffu, b == b0)) {
     if (b0 == kNone) return;
-    double t = v;
-    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-    if (threadIdx.x % 32 == 0) atomicAdd(&hist[b0], t);
+    double s = v;
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (threadIdx.x % 32 == 0) atomicAdd(&hist[b0], s);
   } else if (b != kNone) {
     atomicAdd(&hist[b], static_cast<double>(v));
+  }
+}
+
+// The team's bracket sums: every block's share, bucket by bucket in rank order, into hist_all.
+// Called between team_publish and team_close.
+__device__ void gather_hist(const Team& t) {
+  for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) {
+    t.hist_all[b] = team_fold(t, t.hist + b, 0.0, [](double a, double c) { return a + c; });
   }
 }
 
@@ -244,28 +357,36 @@ __device__ double tree_total(const double* cs, double* tree, int n) {
   return total;
 }
 
-// The canonical sum of the weights >= th (sampling.h): chunk sums left in cs, the total returned.
-// A warp takes kUnroll of its chunks at once; each chunk's adds keep the rule's order. With fill,
-// the weights are first computed from the logits and stored (their sum is then the one at th 0),
-// and with hist each positive weight also adds to bucket bits >> 20 (the bracket's first level).
+// The canonical sum of the weights >= th (sampling.h): every block gets all chunk sums in t.cs and
+// the total. The team's warps take chunks in turn (warp w of block q: chunks (q * kSampleWarps + w)
+// + j * size * kSampleWarps), kUnroll of them at once; each chunk's adds keep the rule's order, and
+// its sum goes to every block. With fill, the weights are first computed from the logits and stored
+// (their sum is then the one at th 0), and with bracket each positive weight also adds to bucket
+// bits >> 20 (the bracket's first level), gathered into t.hist_all.
 template <bool kFill>
-__device__ double canonical_sum(const RowRule& r, float th, double* cs, double* tree, double* hist = nullptr) {
+__device__ double canonical_sum(const Team& t, const RowRule& r, float th, bool bracket = false) {
   const int n = static_cast<int>((r.V + kSampleChunk - 1) / kSampleChunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gw = static_cast<int>(t.rank) * kSampleWarps + warp, tw = static_cast<int>(t.size) * kSampleWarps;
   constexpr int J = kSampleChunk / 32;
-  for (int c0 = warp; c0 < n; c0 += kUnroll * kSampleWarps) {
+  team_open(t);
+  if (kFill && bracket) {
+    for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) t.hist[b] = 0.0;
+    __syncthreads();
+  }
+  for (int c0 = gw; c0 < n; c0 += kUnroll * tw) {
     float v[kUnroll][J];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int j = 0; j < J; ++j) {
-        const int64_t i = static_cast<int64_t>(c0 + u * kSampleWarps) * kSampleChunk + j * 32 + lane;
+        const int64_t i = static_cast<int64_t>(c0 + u * tw) * kSampleChunk + j * 32 + lane;
         v[u][j] = 0.0f;
         if (i < r.V) v[u][j] = kFill ? sample_weight(r.w[i], r.m, r.inv_t, r.tk) : r.weight(i);
       }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kSampleWarps;
+      const int c = c0 + u * tw;
       if (c >= n) break;  // warp-uniform
       double acc = 0.0;
 #pragma unroll
@@ -274,23 +395,26 @@ __device__ double canonical_sum(const RowRule& r, float th, double* cs, double* 
         const bool live = i < r.V;
         if (kFill && live) r.e[i] = v[u][j];
         if (live && v[u][j] >= th) acc += static_cast<double>(v[u][j]);
-        if (kFill && hist) {
+        if (kFill && bracket) {
           const uint32_t b = __float_as_uint(v[u][j]) >> 20;  // ids past the row hold 0
-          hist_add(hist, v[u][j] > 0.0f && b < kNucleusBuckets ? b : kNone, v[u][j]);
+          hist_add(t.hist, v[u][j] > 0.0f && b < kNucleusBuckets ? b : kNone, v[u][j]);
         }
       }
       for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (lane == 0) cs[c] = acc;
+      if (lane < t.size) team_at(t, t.cs, lane)[c] = acc;
     }
   }
-  return tree_total(cs, tree, n);
+  team_publish(t);
+  if (kFill && bracket) gather_hist(t);
+  const double total = tree_total(t.cs, t.tree, n);
+  team_close(t);
+  return total;
 }
 
-// The canonical test of the top_p search: S(t) >= target.
-__device__ bool nucleus_holds(const RowRule& r, uint32_t t, double target, double* cs, double* tree) {
-  return canonical_sum<false>(r, float_of_bits(t), cs, tree) >= target;
+// The canonical test of the top_p search: S(th) >= target.
+__device__ bool nucleus_holds(const Team& t, const RowRule& r, uint32_t th, double target) {
+  return canonical_sum<false>(t, r, float_of_bits(th)) >= target;
 }
-
 // The bracket's walk down one level of kNucleusBuckets approximate sums: the highest bucket where
 // `above` (the sum over higher levels' buckets above this one's range) plus the buckets from it up
 // reach target. Sets b and above and returns true; false when no bucket reaches it (then the
@@ -329,31 +453,34 @@ __device__ bool bracket_walk(const double* hist, double target, double& above, i
 }
 
 // Sums of the positive weights whose bits lie in [lo, lo + (kNucleusBuckets << shift)) by bucket
-// (bits - lo) >> shift: one level of the bracket below the first.
-__device__ void bracket_level(const RowRule& r, uint32_t lo, int shift, double* hist) {
-  for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) hist[b] = 0.0;
+// (bits - lo) >> shift, into t.hist_all: one level of the bracket below the first.
+__device__ void bracket_level(const Team& t, const RowRule& r, uint32_t lo, int shift) {
+  team_open(t);
+  for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) t.hist[b] = 0.0;
   __syncthreads();
   const uint64_t span = static_cast<uint64_t>(kNucleusBuckets) << shift;
-  for_rounds(r.V, [&](int64_t i0) {
+  for_rounds(t, r.V, [&](int64_t i0) {
     float v[kUnroll];
     load_round(v, r.e, r.V, i0, 0.0f);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t bits = __float_as_uint(v[u]);
       const bool in = v[u] > 0.0f && bits >= lo && static_cast<uint64_t>(bits - lo) < span;
-      hist_add(hist, in ? (bits - lo) >> shift : kNone, v[u]);
+      hist_add(t.hist, in ? (bits - lo) >> shift : kNone, v[u]);
     }
   });
+  team_publish(t);
+  gather_hist(t);
+  team_close(t);
   __syncthreads();
 }
 
 // The top_p threshold's bits (sampling.h): the largest t with S(t) >= target. With bracket, three
-// levels of approximate sums by bits (the first already in hist) point at one t, which the
+// levels of approximate sums by bits (the first already in t.hist_all) point at one t, which the
 // canonical sums confirm: S(t) reaches target and S(t + 1) does not, so by S's monotony t is the
-// answer; cs then holds S(t)'s chunks and *st its total. Else, or when that fails, the bit-by-bit
+// answer; t.cs then holds S(t)'s chunks and *st its total. Else, or when that fails, the bit-by-bit
 // search; *st is then unset (negative).
-__device__ uint32_t nucleus_bits(const RowRule& r, double target, bool bracket, double* hist, double* cs,
-                                 double* tree, double* st) {
+__device__ uint32_t nucleus_bits(const Team& t, const RowRule& r, double target, bool bracket, double* st) {
   __shared__ int s_b;
   __shared__ double s_above;
   __shared__ bool s_ok;
@@ -363,11 +490,10 @@ __device__ uint32_t nucleus_bits(const RowRule& r, double target, bool bracket, 
     bool ok = true;
     double above = 0.0;
     for (int shift = 20; shift >= 0 && ok; shift -= 10) {
-      if (shift < 20) bracket_level(r, lo, shift, hist);
-      else __syncthreads();
+      if (shift < 20) bracket_level(t, r, lo, shift);
       if (threadIdx.x < 32) {
         int b = 0;
-        const bool got = bracket_walk(hist, target, above, b);
+        const bool got = bracket_walk(t.hist_all, target, above, b);
         if (threadIdx.x == 0) s_ok = got, s_b = b, s_above = above;
       }
       __syncthreads();
@@ -375,8 +501,8 @@ __device__ uint32_t nucleus_bits(const RowRule& r, double target, bool bracket, 
       lo += static_cast<uint32_t>(s_b) << shift;
       __syncthreads();
     }
-    if (ok && lo <= kOne && (lo == kOne || !nucleus_holds(r, lo + 1, target, cs, tree))) {
-      const double total = canonical_sum<false>(r, float_of_bits(lo), cs, tree);
+    if (ok && lo <= kOne && (lo == kOne || !nucleus_holds(t, r, lo + 1, target))) {
+      const double total = canonical_sum<false>(t, r, float_of_bits(lo));
       if (total >= target) {
         *st = total;
         return lo;
@@ -386,83 +512,97 @@ __device__ uint32_t nucleus_bits(const RowRule& r, double target, bool bracket, 
   uint32_t lo = 0, hi = kOne;
   while (lo < hi) {
     const uint32_t mid = lo + (hi - lo + 1) / 2;
-    if (nucleus_holds(r, mid, target, cs, tree)) lo = mid;
+    if (nucleus_holds(t, r, mid, target)) lo = mid;
     else hi = mid - 1;
   }
   return lo;
 }
 
-__global__ void __launch_bounds__(kSampleThreads)
-    sample_kernel(const float* __restrict__ logits, int64_t V, const SampleSpec* __restrict__ specs,
-                  const PenaltyToken* __restrict__ pens, float* scratch, float* penalized_rows, int32_t* ids,
-                  bool bracket) {
-  grid_wait();
-  grid_launch_next();
-  __shared__ double cs[kSampleMaxChunks], tree[kSampleMaxChunks], hist[kNucleusBuckets];
-  const SampleSpec s = specs[blockIdx.x];
-  const float* w = logits + static_cast<int64_t>(s.row) * V;
-  if (s.pen_count > 0) {
-    // The row with its history's tokens penalized, in scratch (ids are distinct: no two threads
-    // write one logit).
-    float* p = penalized_rows + static_cast<int64_t>(blockIdx.x) * V;
-    for (int64_t i = threadIdx.x; i < V; i += kSampleThreads) p[i] = w[i];
-    __syncthreads();
-    for (int k = threadIdx.x; k < s.pen_count; k += kSampleThreads) {
-      const PenaltyToken t = pens[s.pen_begin + k];
-      p[t.id] = penalized(p[t.id], s, t.generated);
-    }
-    __syncthreads();
-    w = p;
-  }
-  if (!(s.temperature > 0.0f) || s.top_k == 1 || V <= 1) {
-    const int id = block_argmax(w, V);
-    if (threadIdx.x == 0) ids[blockIdx.x] = id;
-    return;
-  }
+// A spec's draw up to its walk, by the whole team: the id where the rule needs no walk (>= 0), or
+// -1 with the walk's threshold and total set (t.cs then holds S(th)'s chunk sums).
+__device__ int draw_prepare(const Team& t, const SampleSpec& s, const float* w, float* e, int64_t V, bool bracket,
+                            float& th, double& total) {
+  if (!(s.temperature > 0.0f) || s.top_k == 1 || V <= 1) return block_argmax(t, w, V);
   int64_t valid = 0;
-  const float m = block_max_count(w, V, valid);
-  if (!isfinite(m)) {
-    const int id = block_argmax(w, V);
-    if (threadIdx.x == 0) ids[blockIdx.x] = id;
-    return;
-  }
-  RowRule r{w, scratch + static_cast<int64_t>(blockIdx.x) * V, V, m, 1.0f / s.temperature, 0u};
+  const float m = block_max_count(t, w, V, valid);
+  if (!isfinite(m)) return block_argmax(t, w, V);
+  RowRule r{w, e, V, m, 1.0f / s.temperature, 0u};
   if (s.top_k > 0 && s.top_k < V && valid >= s.top_k) {
     if (bracket) {
-      r.tk = block_kth_key(w, V, s.top_k, reinterpret_cast<unsigned*>(tree), reinterpret_cast<unsigned*>(hist));
+      r.tk = block_kth_key(t, w, V, s.top_k);
     } else {
       // The k-th largest key: the largest t that at least k keys reach.
       uint32_t lo = 0, hi = 0xffffffffu;
       while (lo < hi) {
         const uint32_t mid = lo + (hi - lo) / 2 + (hi - lo) % 2;
-        if (block_count_keys(w, V, mid) >= s.top_k) lo = mid;
+        if (block_count_keys(t, w, V, mid) >= s.top_k) lo = mid;
         else hi = mid - 1;
       }
       r.tk = lo;
     }
   }
   const bool nucleus = s.top_p < 1.0f;
-  if (nucleus && bracket)
-    for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) hist[b] = 0.0;
-  __syncthreads();
   // The weights, their sum at 0 (and the bracket's first level).
-  double total = canonical_sum<true>(r, 0.0f, cs, tree, nucleus && bracket ? hist : nullptr);
-  float th = 0.0f;
+  total = canonical_sum<true>(t, r, 0.0f, nucleus && bracket);
+  th = 0.0f;
   if (nucleus) {
     double st = -1.0;
-    th = float_of_bits(nucleus_bits(r, static_cast<double>(s.top_p) * total, bracket, hist, cs, tree, &st));
-    total = st;  // cs holds S(th)'s chunks where the bracket held
+    th = float_of_bits(nucleus_bits(t, r, static_cast<double>(s.top_p) * total, bracket, &st));
+    total = st;  // t.cs holds S(th)'s chunks where the bracket held
   }
   if (s.min_p > th || total < 0.0) {
     th = s.min_p > th ? s.min_p : th;
-    total = canonical_sum<false>(r, th, cs, tree);
+    total = canonical_sum<false>(t, r, th);
   }
-  if (!(total > 0.0)) {
-    const int id = block_argmax(w, V);
+  return total > 0.0 ? -1 : block_argmax(t, w, V);
+}
+
+// Grid (specs, team size): block (x, y) is rank y of spec x's team, launched as one cluster along
+// y where the team has more than one block.
+__global__ void __launch_bounds__(kSampleThreads)
+    sample_kernel(const float* __restrict__ logits, int64_t V, const SampleSpec* __restrict__ specs,
+                  const PenaltyToken* __restrict__ pens, float* scratch, float* penalized_rows, int32_t* ids,
+                  bool bracket) {
+  grid_wait();
+  grid_launch_next();
+  extern __shared__ double team_smem[];
+  Team t;
+  t.rank = blockIdx.y, t.size = gridDim.y;
+  t.cs = team_smem, t.tree = t.cs + kSampleMaxChunks, t.hist = t.tree + kSampleMaxChunks;
+  t.hist_all = t.hist + kNucleusBuckets;
+  t.counts = reinterpret_cast<unsigned*>(t.hist_all + kNucleusBuckets);
+  t.counts_all = t.counts + kKeyBuckets, t.part = t.counts_all + kKeyBuckets;
+  team_close(t);  // the first exchange's team_open waits on every block of the team having started
+  const SampleSpec s = specs[blockIdx.x];
+  const float* w = logits + static_cast<int64_t>(s.row) * V;
+  if (s.pen_count > 0) {
+    // The row with its history's tokens penalized, in scratch (ids are distinct: no two threads
+    // write one logit).
+    float* p = penalized_rows + static_cast<int64_t>(blockIdx.x) * V;
+    const int64_t first = static_cast<int64_t>(t.rank) * kSampleThreads + threadIdx.x;
+    const int64_t stride = static_cast<int64_t>(t.size) * kSampleThreads;
+    team_open(t);
+    for (int64_t i = first; i < V; i += stride) p[i] = w[i];
+    team_publish(t);
+    for (int64_t k = first; k < s.pen_count; k += stride) {
+      const PenaltyToken pt = pens[s.pen_begin + k];
+      p[pt.id] = penalized(p[pt.id], s, pt.generated);
+    }
+    team_publish(t);
+    team_close(t);
+    w = p;
+  }
+  float th = 0.0f;
+  double total = 0.0;
+  const int id = draw_prepare(t, s, w, scratch + static_cast<int64_t>(blockIdx.x) * V, V, bracket, th, total);
+  team_open(t);  // no block leaves while another may still read its shared memory
+  if (t.rank != 0) return;
+  if (id >= 0) {
     if (threadIdx.x == 0) ids[blockIdx.x] = id;
     return;
   }
   if (threadIdx.x >= 32) return;
+  const float* e = scratch + static_cast<int64_t>(blockIdx.x) * V;
   // The walk, in sampling.h's order: every lane of warp 0 adds the chunk sums alike (they come
   // from shared memory, eight loads ahead) up to the chunk u falls in, or the last that counts;
   // the warp stages that chunk's weights, and lane 0 walks them.
@@ -474,7 +614,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   for (int c0 = 0; c0 < n && chosen < 0; c0 += 8) {
     double cv[8];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) cv[q] = c0 + q < n ? cs[c0 + q] : 0.0;
+    for (int q = 0; q < 8; ++q) cv[q] = c0 + q < n ? t.cs[c0 + q] : 0.0;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       if (chosen >= 0 || !(cv[q] > 0.0)) continue;
@@ -485,9 +625,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
   // Only rounding leaves u unreached: then the last weight that counted (never absent: total > 0).
   const int c = chosen >= 0 ? chosen : last;
-  float* staged = reinterpret_cast<float*>(hist);
+  float* staged = reinterpret_cast<float*>(t.hist_all);
   const int begin = c * kSampleChunk, end = static_cast<int>(min(V, static_cast<int64_t>(begin + kSampleChunk)));
-  for (int i = begin + lane; i < end; i += 32) staged[i - begin] = r.weight(i);
+  for (int i = begin + lane; i < end; i += 32) staged[i - begin] = e[i];
   __syncwarp();
   if (lane != 0) return;
   if (chosen >= 0) {
@@ -523,6 +663,70 @@ bool sample_bracket() {
     return !(e && std::string(e) == "full");
   }();
   return on;
+}
+
+// Lets sample_kernel have its kTeamSmem bytes of shared memory, once.
+void sample_kernel_smem() {
+  static const bool set = [] {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kTeamSmem)),
+                  "sample_rows");
+    return true;
+  }();
+  (void)set;
+}
+
+// Blocks a spec's team gets in a call of n specs over rows of V logits: the largest power of two up
+// to 16 whose teams all fit the card at once and leave each block at least two rounds of a pass,
+// where the device has clusters; TF_CUDA_SAMPLE_TEAM=n: n blocks always (1..16; 1 is one block a
+// spec, for side-by-side timing). The team's size never changes an id.
+unsigned sample_team(size_t n, int64_t V) {
+  static const int forced = [] {
+    const char* e = std::getenv("TF_CUDA_SAMPLE_TEAM");
+    const int v = e ? std::atoi(e) : 0;
+    return v < 0 ? 0 : v > kTeamMax ? kTeamMax : v;
+  }();
+  static const int sms = [] {
+    int dev = 0, c = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess
+               ? c
+               : 0;
+  }();
+  // Clusters of each size the card holds at once (0: none), asked once.
+  static const std::vector<int> fits = [] {
+    std::vector<int> f(kTeamMax + 1, 0);
+    sample_kernel_smem();
+    cudaFuncAttributes fa = {};
+    if (!cluster_on() || cudaFuncGetAttributes(&fa, sample_kernel) != cudaSuccess || fa.ptxVersion < 90) {
+      (void)cudaGetLastError();
+      return f;
+    }
+    (void)cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    for (int c = 2; c <= kTeamMax; ++c) {
+      cudaLaunchAttribute at = {};
+      at.id = cudaLaunchAttributeClusterDimension;
+      at.val.clusterDim = {1, static_cast<unsigned>(c), 1};
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(1, c);
+      cfg.blockDim = dim3(kSampleThreads);
+      cfg.dynamicSmemBytes = kTeamSmem;
+      cfg.attrs = &at;
+      cfg.numAttrs = 1;
+      if (cudaOccupancyMaxActiveClusters(&f[c], sample_kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        f[c] = 0;
+      }
+    }
+    return f;
+  }();
+  if (forced) return forced > 1 && fits[forced] > 0 ? static_cast<unsigned>(forced) : 1u;
+  unsigned best = 1;
+  for (unsigned c = 2; c <= kTeamMax; c *= 2)
+    if (fits[c] > 0 && n <= static_cast<size_t>(fits[c]) && static_cast<int64_t>(n * c) <= sms &&
+        V >= static_cast<int64_t>(2 * c) * kTeamSpan)
+      best = c;
+  return best;
 }
 
 }  // namespace
@@ -562,8 +766,14 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
                            : nullptr;
     auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
                              : nullptr;
-    launch_kernel(sample_kernel, static_cast<unsigned>(specs.size()), kSampleThreads, 0, logits.data,
-                  logits.cols, d_specs, d_pens, scratch, rows, d_ids, sample_bracket());
+    const unsigned team = sample_team(specs.size(), logits.cols);
+    const dim3 grid(static_cast<unsigned>(specs.size()), team);
+    if (team > 1)
+      launch_kernel_cluster(team, sample_kernel, grid, kSampleThreads, kTeamSmem, logits.data, logits.cols, d_specs,
+                            d_pens, scratch, rows, d_ids, sample_bracket());
+    else
+      launch_kernel(sample_kernel, grid, kSampleThreads, kTeamSmem, logits.data, logits.cols, d_specs, d_pens, scratch,
+                    rows, d_ids, sample_bracket());
   }
   check_launch("sample_rows");
   const WaitScope wait(*this);
