@@ -137,12 +137,13 @@ void run_bench_moe(Backend& gpu) {
 
 void run_bench_few(Backend& gpu) {
   // Llama-3.1-8B's decode matmuls at one row (o, gate+up, down, q+k+v, lm_head) and eight, then
-  // Qwen3-30B-A3B's o, q and k at one row.
+  // Qwen3-30B-A3B's o, q and k at one row, then Qwen3-Next's in_proj_qkvz and lm_head
+  // (its out_proj is Qwen3-30B-A3B's o).
   static const MatmulShape kFew[] = {
       {DType::BF16, 1, 4096, 4096, 50},  {DType::BF16, 1, 4096, 28672, 20}, {DType::BF16, 8, 4096, 28672, 20},
       {DType::Q8_0, 1, 4096, 28672, 20}, {DType::BF16, 1, 14336, 4096, 20}, {DType::BF16, 1, 4096, 6144, 50},
       {DType::BF16, 1, 4096, 128256, 10}, {DType::BF16, 1, 4096, 2048, 50},  {DType::BF16, 1, 2048, 4096, 50},
-      {DType::BF16, 1, 2048, 512, 50}};
+      {DType::BF16, 1, 2048, 512, 50},   {DType::BF16, 1, 2048, 12288, 50}, {DType::BF16, 1, 2048, 151936, 10}};
   for (const MatmulShape& s : kFew) bench_matmul(gpu, s.dt, s.M, s.K, s.N, s.iters);
   run_bench_moe(gpu);
 }

@@ -325,9 +325,9 @@ __device__ __forceinline__ void hist_add(double* hist, unsigned b, float v) {
   const unsigned b0 = __shfl_sync(0xffffffffu, b, 0);
   if (__all_sync(0xffffffffu, b == b0)) {
     if (b0 == kNone) return;
-    double s = v;
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (threadIdx.x % 32 == 0) atomicAdd(&hist[b0], s);
+    double t = v;
+    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+    if (threadIdx.x % 32 == 0) atomicAdd(&hist[b0], t);
   } else if (b != kNone) {
     atomicAdd(&hist[b], static_cast<double>(v));
   }
@@ -415,6 +415,7 @@ __device__ double canonical_sum(const Team& t, const RowRule& r, float th, bool 
 __device__ bool nucleus_holds(const Team& t, const RowRule& r, uint32_t th, double target) {
   return canonical_sum<false>(t, r, float_of_bits(th)) >= target;
 }
+
 // The bracket's walk down one level of kNucleusBuckets approximate sums: the highest bucket where
 // `above` (the sum over higher levels' buckets above this one's range) plus the buckets from it up
 // reach target. Sets b and above and returns true; false when no bucket reaches it (then the
