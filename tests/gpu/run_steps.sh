@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where a batch-1 decode step of each MoE and hybrid model goes, kernel by kernel, in one call:
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_steps.sh", carry=[".gpubin"])
+# (MODELS="..." profiles fewer shapes)
 # with PACK="tensorfold tf_kernel_contract". Writes $OUT/steps.txt as it goes: the few-row matmul
 # bench (bf16), then for 8 layers of Qwen3-Next-80B-A3B, Qwen3-30B-A3B and Nemotron-3-Nano-30B-A3B
 # tests/gpu/step_kernels.sh's table (top-p 0.95 at T 0.8, so sample_kernel marks the steps), and
@@ -8,7 +9,7 @@
 REPORT=steps.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
-MODELS="qwen3-next-80b-a3b qwen3-30b-a3b nemotron-3-nano-30b-a3b"
+MODELS=${MODELS:-qwen3-next-80b-a3b qwen3-30b-a3b nemotron-3-nano-30b-a3b}
 # shellcheck disable=SC2086
 make_models $MODELS
 timeout 120 "$B"/tf_kernel_contract --filter @none --bench-few --matmul-input bf16 2>&1 | grep "BENCH matmul" >> "$R"
