@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Where a batch-1 decode step of each MoE and hybrid model goes, kernel by kernel, in one call:
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_steps.sh", carry=[".gpubin"])
-# (MODELS="..." profiles fewer shapes)
-# with PACK="tensorfold tf_kernel_contract". Writes $OUT/steps.txt as it goes: the few-row matmul
+# with PACK="tensorfold tf_kernel_contract" (MODELS="SHAPE ..." profiles fewer shapes). Writes $OUT/steps.txt as it goes: the few-row matmul
 # bench (bf16), then for 8 layers of Qwen3-Next-80B-A3B, Qwen3-30B-A3B and Nemotron-3-Nano-30B-A3B
 # tests/gpu/step_kernels.sh's table (top-p 0.95 at T 0.8, so sample_kernel marks the steps), and
 # Qwen3-Next's decode tok/s greedy and with that sampler (teams of blocks and one block a spec).
