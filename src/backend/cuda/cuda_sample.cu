@@ -31,13 +31,13 @@ constexpr int kTeamSpan = kUnroll * kSampleThreads;  // ids a block takes a roun
 // the same branches. The block's scratch in (dynamic) shared memory rides along.
 struct Team {
   unsigned rank, size;
-  double* cs;          // every chunk sum of the last canonical sum [kSampleMaxChunks]
-  double* tree;        // its pairwise tree [kSampleMaxChunks]
-  double* hist;        // this block's share of the bracket's sums [kNucleusBuckets]
-  double* hist_all;    // the team's [kNucleusBuckets]
-  unsigned* counts;    // this block's share of top_k's counts [kKeyBuckets]
+  double* cs;            // every chunk sum of the last canonical sum [kSampleMaxChunks]
+  double* tree;          // its pairwise tree [kSampleMaxChunks]
+  double* hist;          // this block's share of the bracket's sums [kNucleusBuckets]
+  double* hist_all;      // the team's [kNucleusBuckets]
+  unsigned* counts;      // this block's share of top_k's counts [kKeyBuckets]
   unsigned* counts_all;  // the team's [kKeyBuckets]
-  unsigned* part;      // block_walk_counts' partial sums [kSampleThreads]
+  unsigned* part;        // block_walk_counts' partial sums [kSampleThreads]
 };
 constexpr size_t kTeamSmem = sizeof(double) * (2 * kSampleMaxChunks + 2 * kNucleusBuckets) +
                              sizeof(unsigned) * (2 * kKeyBuckets + kSampleThreads);
