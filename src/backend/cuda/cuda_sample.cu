@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_argmax.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_team.cuh"
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/sampling.h"
 
@@ -22,15 +23,13 @@ constexpr int kUnroll = 4;              // logits (or chunks) a thread loads bef
 constexpr int kNucleusBuckets = 1024;   // the top_p bracket: three levels of 10 bits over [0, 1.0]'s 30
 constexpr int kKeyBuckets = 4096;       // top_k's widest level: 12 bits
 constexpr uint32_t kOne = 0x3f800000u;  // 1.0f: weights lie in [0, 1]
-constexpr int kTeamMax = 16;            // blocks a spec's team may have (a non-portable cluster size)
 constexpr int kTeamSpan = kUnroll * kSampleThreads;  // ids a block takes a round
 
-// The blocks that draw one spec: a cluster of `size` along y whose rank is blockIdx.y, or one
-// block. Passes split their ids over the team; a reduction's shares go through each block's
-// shared memory, and every block combines them in rank order, so all get the same bits and take
-// the same branches. The block's scratch in (dynamic) shared memory rides along.
-struct Team {
-  unsigned rank, size;
+// A spec's draw: its team (cuda_team.cuh; a cluster along y whose rank is blockIdx.y, or one
+// block) and the block's scratch in (dynamic) shared memory. Passes split their ids over the team;
+// a reduction's shares go through each block's shared memory, and every block combines them in
+// rank order, so all get the same bits and take the same branches.
+struct Draw : Team {
   double* cs;            // every chunk sum of the last canonical sum [kSampleMaxChunks]
   double* tree;          // its pairwise tree [kSampleMaxChunks]
   double* hist;          // this block's share of the bracket's sums [kNucleusBuckets]
@@ -39,66 +38,8 @@ struct Team {
   unsigned* counts_all;  // the team's [kKeyBuckets]
   unsigned* part;        // block_walk_counts' partial sums [kSampleThreads]
 };
-constexpr size_t kTeamSmem = sizeof(double) * (2 * kSampleMaxChunks + 2 * kNucleusBuckets) +
+constexpr size_t kDrawSmem = sizeof(double) * (2 * kSampleMaxChunks + 2 * kNucleusBuckets) +
                              sizeof(unsigned) * (2 * kKeyBuckets + kSampleThreads);
-
-// The team's exchanges keep one cluster barrier arrival outstanding between them: a block waits on
-// it (team_open) before it writes a share the others read, so it never overwrites one still being
-// read; team_publish makes the writes seen; team_close arrives once the shares are read. Alone, a
-// block syncs its threads instead. Every thread of the team calls each.
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#else
-  __trap();  // teams launch as clusters only where cluster_on()
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void team_open(const Team& t) {
-  if (t.size > 1) cluster_wait();
-  else __syncthreads();
-}
-__device__ __forceinline__ void team_publish(const Team& t) {
-  if (t.size > 1) cluster_arrive(), cluster_wait();
-  else __syncthreads();
-}
-__device__ __forceinline__ void team_close(const Team& t) {
-  if (t.size > 1) cluster_arrive();
-}
-
-// p's place in the shared memory of the team's block r.
-template <class T>
-__device__ __forceinline__ T* team_at(const Team& t, T* p, unsigned r) {
-  if (t.size == 1) return p;
-  uint64_t q = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm("mapa.u64 %0, %1, %2;\n" : "=l"(q) : "l"(reinterpret_cast<uint64_t>(p)), "r"(r));
-#endif
-  return reinterpret_cast<T*>(q);
-}
-
-// acc folded with every block's copy of *p by op, in rank order; the loads of each eight blocks
-// issue before any is used.
-template <class T, class F>
-__device__ __forceinline__ T team_fold(const Team& t, const T* p, T acc, F op) {
-  constexpr unsigned kAhead = 8;
-  for (unsigned q0 = 0; q0 < t.size; q0 += kAhead) {
-    T v[kAhead];
-#pragma unroll
-    for (unsigned u = 0; u < kAhead; ++u)
-      if (q0 + u < t.size) v[u] = *team_at(t, p, q0 + u);
-#pragma unroll
-    for (unsigned u = 0; u < kAhead; ++u)
-      if (q0 + u < t.size) acc = op(acc, v[u]);
-  }
-  return acc;
-}
 
 // Calls f(i0) once a round of the block's share of a pass over n ids, the rounds the same for a
 // whole warp: block rank takes rounds rank, rank + size, ... of kTeamSpan ids, and the thread ids
@@ -273,7 +214,7 @@ __device__ int block_walk_counts(const unsigned* counts, int n, long long k, uns
 // The k-th largest key of the row's non-NaN logits (1 <= k <= their count): the largest t that at
 // least k keys reach, exactly. Three passes, each counting the keys under the bits found so far by
 // their next 12, 12 and 8 (the first 12 spread a row's few exponents over many counters).
-__device__ uint32_t block_kth_key(const Team& t, const float* row, int64_t cols, int64_t k) {
+__device__ uint32_t block_kth_key(const Draw& t, const float* row, int64_t cols, int64_t k) {
   constexpr int kWidth[3] = {12, 12, 8};
   uint32_t prefix = 0, mask = 0;
   int shift = 32;
@@ -335,7 +276,7 @@ __device__ __forceinline__ void hist_add(double* hist, unsigned b, float v) {
 
 // The team's bracket sums: every block's share, bucket by bucket in rank order, into hist_all.
 // Called between team_publish and team_close.
-__device__ void gather_hist(const Team& t) {
+__device__ void gather_hist(const Draw& t) {
   for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) {
     t.hist_all[b] = team_fold(t, t.hist + b, 0.0, [](double a, double c) { return a + c; });
   }
@@ -364,7 +305,7 @@ __device__ double tree_total(const double* cs, double* tree, int n) {
 // (their sum is then the one at th 0), and with bracket each positive weight also adds to bucket
 // bits >> 20 (the bracket's first level), gathered into t.hist_all.
 template <bool kFill>
-__device__ double canonical_sum(const Team& t, const RowRule& r, float th, bool bracket = false) {
+__device__ double canonical_sum(const Draw& t, const RowRule& r, float th, bool bracket = false) {
   const int n = static_cast<int>((r.V + kSampleChunk - 1) / kSampleChunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gw = static_cast<int>(t.rank) * kSampleWarps + warp, tw = static_cast<int>(t.size) * kSampleWarps;
@@ -412,7 +353,7 @@ __device__ double canonical_sum(const Team& t, const RowRule& r, float th, bool 
 }
 
 // The canonical test of the top_p search: S(th) >= target.
-__device__ bool nucleus_holds(const Team& t, const RowRule& r, uint32_t th, double target) {
+__device__ bool nucleus_holds(const Draw& t, const RowRule& r, uint32_t th, double target) {
   return canonical_sum<false>(t, r, float_of_bits(th)) >= target;
 }
 
@@ -455,7 +396,7 @@ __device__ bool bracket_walk(const double* hist, double target, double& above, i
 
 // Sums of the positive weights whose bits lie in [lo, lo + (kNucleusBuckets << shift)) by bucket
 // (bits - lo) >> shift, into t.hist_all: one level of the bracket below the first.
-__device__ void bracket_level(const Team& t, const RowRule& r, uint32_t lo, int shift) {
+__device__ void bracket_level(const Draw& t, const RowRule& r, uint32_t lo, int shift) {
   team_open(t);
   for (int b = threadIdx.x; b < kNucleusBuckets; b += kSampleThreads) t.hist[b] = 0.0;
   __syncthreads();
@@ -481,7 +422,7 @@ __device__ void bracket_level(const Team& t, const RowRule& r, uint32_t lo, int 
 // canonical sums confirm: S(t) reaches target and S(t + 1) does not, so by S's monotony t is the
 // answer; t.cs then holds S(t)'s chunks and *st its total. Else, or when that fails, the bit-by-bit
 // search; *st is then unset (negative).
-__device__ uint32_t nucleus_bits(const Team& t, const RowRule& r, double target, bool bracket, double* st) {
+__device__ uint32_t nucleus_bits(const Draw& t, const RowRule& r, double target, bool bracket, double* st) {
   __shared__ int s_b;
   __shared__ double s_above;
   __shared__ bool s_ok;
@@ -521,7 +462,7 @@ __device__ uint32_t nucleus_bits(const Team& t, const RowRule& r, double target,
 
 // A spec's draw up to its walk, by the whole team: the id where the rule needs no walk (>= 0), or
 // -1 with the walk's threshold and total set (t.cs then holds S(th)'s chunk sums).
-__device__ int draw_prepare(const Team& t, const SampleSpec& s, const float* w, float* e, int64_t V, bool bracket,
+__device__ int draw_prepare(const Draw& t, const SampleSpec& s, const float* w, float* e, int64_t V, bool bracket,
                             float& th, double& total) {
   if (!(s.temperature > 0.0f) || s.top_k == 1 || V <= 1) return block_argmax(t, w, V);
   int64_t valid = 0;
@@ -567,7 +508,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   grid_wait();
   grid_launch_next();
   extern __shared__ double team_smem[];
-  Team t;
+  Draw t;
   t.rank = blockIdx.y, t.size = gridDim.y;
   t.cs = team_smem, t.tree = t.cs + kSampleMaxChunks, t.hist = t.tree + kSampleMaxChunks;
   t.hist_all = t.hist + kNucleusBuckets;
@@ -666,11 +607,11 @@ bool sample_bracket() {
   return on;
 }
 
-// Lets sample_kernel have its kTeamSmem bytes of shared memory, once.
+// Lets sample_kernel have its kDrawSmem bytes of shared memory, once.
 void sample_kernel_smem() {
   static const bool set = [] {
     TF_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kTeamSmem)),
+                                       static_cast<int>(kDrawSmem)),
                   "sample_rows");
     return true;
   }();
@@ -711,7 +652,7 @@ unsigned sample_team(size_t n, int64_t V) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(1, c);
       cfg.blockDim = dim3(kSampleThreads);
-      cfg.dynamicSmemBytes = kTeamSmem;
+      cfg.dynamicSmemBytes = kDrawSmem;
       cfg.attrs = &at;
       cfg.numAttrs = 1;
       if (cudaOccupancyMaxActiveClusters(&f[c], sample_kernel, &cfg) != cudaSuccess) {
@@ -770,10 +711,10 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
     const unsigned team = sample_team(specs.size(), logits.cols);
     const dim3 grid(static_cast<unsigned>(specs.size()), team);
     if (team > 1)
-      launch_kernel_cluster(team, sample_kernel, grid, kSampleThreads, kTeamSmem, logits.data, logits.cols, d_specs,
+      launch_kernel_cluster(team, sample_kernel, grid, kSampleThreads, kDrawSmem, logits.data, logits.cols, d_specs,
                             d_pens, scratch, rows, d_ids, sample_bracket());
     else
-      launch_kernel(sample_kernel, grid, kSampleThreads, kTeamSmem, logits.data, logits.cols, d_specs, d_pens, scratch,
+      launch_kernel(sample_kernel, grid, kSampleThreads, kDrawSmem, logits.data, logits.cols, d_specs, d_pens, scratch,
                     rows, d_ids, sample_bracket());
   }
   check_launch("sample_rows");
