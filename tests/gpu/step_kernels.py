@@ -2,14 +2,17 @@
 
     python3 tests/gpu/step_kernels.py NCU.csv LABEL
 
-The step is the kernels after the next-to-last sample_kernel up to the last one; they are summed
-by kernel name (template arguments kept, namespaces dropped) and printed largest first.
+The step is the kernels after the next-to-last draw (sample_kernel, or argmax_fold_kernel where
+every spec is greedy) up to the last one; they are summed by kernel name (template arguments
+kept, namespaces dropped) and printed largest first.
 """
 import collections
 import csv
 import sys
 
 METRIC = "gpu__time_duration.sum"
+# A step's last kernel: its draw, or the fold of a greedy-only call's argmax over many blocks.
+STEP_ENDS = ("sample_kernel", "argmax_fold_kernel")
 
 
 def kernel_rows(text):
@@ -31,7 +34,7 @@ def short_name(name):
 
 def last_step(rows):
     """[(name, calls, us)] of the last whole decode step, largest first, and its kernel count."""
-    ends = [i for i, r in enumerate(rows) if short_name(r["Kernel Name"]).endswith("sample_kernel")]
+    ends = [i for i, r in enumerate(rows) if short_name(r["Kernel Name"]).endswith(STEP_ENDS)]
     if len(ends) < 2:
         raise ValueError("fewer than two decode steps were timed (raise --tg)")
     step = rows[ends[-2] + 1: ends[-1] + 1]

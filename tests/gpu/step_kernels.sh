@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where one decode step's device time goes, kernel by kernel: Nsight Compute times every kernel of
 # a short `tensorfold bench` run one at a time (so no launch overlaps another), and the last whole
-# decode step (the kernels after one sample_kernel up to the next) is summed by kernel name.
+# decode step (the kernels after one draw up to the next: sample_kernel, or a greedy call's
+# argmax_fold_kernel) is summed by kernel name.
 #   tests/gpu/step_kernels.sh MODEL_DIR [BENCH ARGS]      (default: --pp 16 --tg 8 --batch 1)
 # Binary: $BIN (default .gpubin/tensorfold). Output: one line per kernel name (calls, us a call,
 # us a step, share), largest first, and the step's sum, which a real run overlaps only at the

@@ -45,6 +45,20 @@ def test_last_step_summed_by_name():
     assert table[2][1:] == (2, pytest.approx(8.0))
 
 
+def test_greedy_steps_end_at_the_argmax_fold():
+    fold = "void tf::cuda::<unnamed>::argmax_fold_kernel(const float *, long, const tf::SampleSpec *, int)"
+    slices = "void tf::cuda::<unnamed>::argmax_slices_kernel(const float *, long)"
+    greedy = [(PREFILL, "900,000"), (slices, "3,000"), (fold, "2,000"),
+              (MM, "50,000"), (slices, "3,000"), (fold, "2,000"),
+              (MM, "40,000"), (NORM, "3,000"), (slices, "4,000"), (fold, "1,000")]
+    table, count = step_kernels.last_step(step_kernels.kernel_rows(csv_text(greedy)))
+    assert count == 4
+    assert dict((n, us) for n, _, us in table) == {"mm::skinny_matmul<0, 0, 0, 1, 2, 1>": pytest.approx(40.0),
+                                                   "argmax_slices_kernel": pytest.approx(4.0),
+                                                   "rmsnorm_kernel<1>": pytest.approx(3.0),
+                                                   "argmax_fold_kernel": pytest.approx(1.0)}
+
+
 def test_cli_prints_the_step_and_refuses_what_it_cannot_read(tmp_path):
     good = tmp_path / "ncu.csv"
     good.write_text(csv_text(STEPS))
