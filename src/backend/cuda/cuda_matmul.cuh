@@ -30,8 +30,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/matmul_split.h"
+#include "backend/cuda/cuda_team.cuh"
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/matmul_split.h"
 
 namespace tf::cuda::mm {
 
@@ -303,7 +304,7 @@ __device__ __forceinline__ void cluster_slices(const float* part, int s, int64_t
                                                const float* __restrict__ bias, float* __restrict__ y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kU = 8;  // slices loaded before they are added
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cluster_arrive(), cluster_wait();
   const uint32_t at0 = static_cast<uint32_t>(__cvta_generic_to_shared(part));
   const int n = static_cast<int>(M) * BN;
   for (int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x); i < n; i += s * static_cast<int>(blockDim.x)) {
@@ -325,7 +326,7 @@ __device__ __forceinline__ void cluster_slices(const float* part, int s, int64_t
     if (c < N) y[(i / BN) * N + c] = bias ? __fadd_rn(t, bias[c]) : t;
   }
   // No block leaves while another may still read its partials.
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cluster_arrive(), cluster_wait();
 #else
   __trap();  // launched in clusters only where cluster_on()
 #endif
