@@ -618,22 +618,15 @@ void sample_kernel_smem() {
   (void)set;
 }
 
-// Blocks a spec's team gets in a call of n specs over rows of V logits: the largest power of two up
-// to 16 whose teams all fit the card at once and leave each block at least two rounds of a pass,
-// where the device has clusters; TF_CUDA_SAMPLE_TEAM=n: n blocks always (1..16; 1 is one block a
-// spec, for side-by-side timing). The team's size never changes an id.
-unsigned sample_team(size_t n, int64_t V) {
+// Blocks a spec's team gets in a call of n specs over rows of V logits on a card of sms SMs: the
+// largest power of two up to 16 whose teams all fit the card at once and leave each block at least
+// two rounds of a pass, where the device has clusters; TF_CUDA_SAMPLE_TEAM=n: n blocks always
+// (1..16; 1 is one block a spec, for side-by-side timing). The team's size never changes an id.
+unsigned sample_team(size_t n, int64_t V, int sms) {
   static const int forced = [] {
     const char* e = std::getenv("TF_CUDA_SAMPLE_TEAM");
     const int v = e ? std::atoi(e) : 0;
     return v < 0 ? 0 : v > kTeamMax ? kTeamMax : v;
-  }();
-  static const int sms = [] {
-    int dev = 0, c = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess
-               ? c
-               : 0;
   }();
   // Clusters of each size the card holds at once (0: none), asked once.
   static const std::vector<int> fits = [] {
@@ -708,7 +701,10 @@ void CudaBackend::sample_rows(const Tensor& logits, const std::vector<SampleSpec
                            : nullptr;
     auto* scratch = weighted ? static_cast<float*>(buffer(kSlotSampleWeights, specs.size() * logits.cols * sizeof(float)))
                              : nullptr;
-    const unsigned team = sample_team(specs.size(), logits.cols);
+    int sms = 0;
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
+                  "sample_rows: multiprocessor count");
+    const unsigned team = sample_team(specs.size(), logits.cols, sms);
     const dim3 grid(static_cast<unsigned>(specs.size()), team);
     if (team > 1)
       launch_kernel_cluster(team, sample_kernel, grid, kSampleThreads, kDrawSmem, logits.data, logits.cols, d_specs,
