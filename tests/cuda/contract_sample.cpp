@@ -93,8 +93,7 @@ std::string sample_gate(const SampleFn& f, Backend& gpu, Backend& cpu, int64_t n
     for (size_t j = 0; j < part.size() && e.empty(); ++j)
       if (pi[j] != gi[from[j]]) e = tag + ": spec " + std::to_string(from[j]) + " differs in a call of " + std::to_string(part.size());
   }
-  // The greedy specs alone, all in one call and each row's kind in a call of its own (calls the
-  // argmax over many blocks takes): the cpu's ids.
+  // The greedy specs alone in one call (the argmax over many blocks takes it): the cpu's ids.
   std::vector<SampleSpec> greedy;
   std::vector<size_t> from;
   for (size_t j = 0; j < specs.size(); ++j)
@@ -102,15 +101,10 @@ std::string sample_gate(const SampleFn& f, Backend& gpu, Backend& cpu, int64_t n
       greedy.push_back(specs[j]), from.push_back(j);
   std::vector<int32_t> gg(greedy.size());
   if (e.empty()) f(gpu, lg, greedy, pens, gg.data());
-  for (size_t j = 0; j < greedy.size() && e.empty(); ++j) {
+  for (size_t j = 0; j < greedy.size() && e.empty(); ++j)
     if (gg[j] != ci[from[j]]) e = tag + ": greedy spec " + std::to_string(from[j]) + " differs in a greedy call";
-    if (!e.empty() || greedy[j].row >= 9) continue;
-    int32_t one = -1;
-    f(gpu, lg, {greedy[j]}, pens, &one);
-    if (one != ci[from[j]]) e = tag + ": greedy spec " + std::to_string(from[j]) + " differs alone";
-  }
-  // Each spec of the first nine rows (every kind) in a call of its own: a lone spec's draw takes
-  // the widest team of blocks.
+  // Each spec of the first nine rows (every kind) in a call of its own: a lone greedy spec takes
+  // the argmax over many blocks, a lone drawing spec the widest team of blocks.
   for (size_t j = 0; j < specs.size() && e.empty(); ++j) {
     if (specs[j].row >= 9) continue;
     int32_t one = -1;
