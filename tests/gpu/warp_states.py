@@ -51,7 +51,7 @@ def main(argv):
     try:
         with opener(argv[1], "rt") as f:
             states = step_states(step_kernels.kernel_rows(f.read()))
-    except ValueError as e:
+    except (OSError, ValueError) as e:
         sys.exit(f"warp_states: {e}")
     for name, us, top, tp, grid in states:
         print(f"{us:8.2f} us  {name[:52]:52s} " + " ".join(f"{n} {v:.1f}" for n, v in top[:4])
