@@ -32,12 +32,17 @@ def short_name(name):
     return name
 
 
-def last_step(rows):
-    """[(name, calls, us)] of the last whole decode step, largest first, and its kernel count."""
+def step_rows(rows):
+    """The rows of the last whole decode step: after the next-to-last draw, up to the last."""
     ends = [i for i, r in enumerate(rows) if short_name(r["Kernel Name"]).endswith(STEP_ENDS)]
     if len(ends) < 2:
         raise ValueError("fewer than two decode steps were timed (raise --tg)")
-    step = rows[ends[-2] + 1: ends[-1] + 1]
+    return rows[ends[-2] + 1: ends[-1] + 1]
+
+
+def last_step(rows):
+    """[(name, calls, us)] of the last whole decode step, largest first, and its kernel count."""
+    step = step_rows(rows)
     agg = collections.defaultdict(lambda: [0, 0.0])
     for r in step:
         e = agg[short_name(r["Kernel Name"])]

@@ -29,10 +29,7 @@ def number(v):
 def step_states(rows):
     """[(name, us, [(stall, warps per issue)] largest first, {dram|sm: % of peak}, grid)] of the
     last whole step, in launch order."""
-    ends = [i for i, r in enumerate(rows) if step_kernels.short_name(r["Kernel Name"]).endswith(step_kernels.STEP_ENDS)]
-    if len(ends) < 2:
-        raise ValueError("fewer than two decode steps were profiled (raise --tg)")
-    step = rows[ends[-2] + 1: ends[-1] + 1]
+    step = step_kernels.step_rows(rows)
     stalls = {m.group(1): c for c in step[0] for m in [STALL.fullmatch(c)] if m}
     if not stalls:
         raise ValueError("no warp state metrics in the file (profile with --section WarpStateStats)")
