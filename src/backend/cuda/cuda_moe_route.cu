@@ -84,6 +84,37 @@ __device__ void route_scores(const float* l, int n, bool sigmoid, float* p) {
   __syncwarp();
 }
 
+// route_scores' bits for one row by the whole block (thread t sums experts t, t + 256, ... and the
+// halving tree adds the threads' sums), in rolled loops: a lone row's routing runs once a layer,
+// after the layer's weights have pushed its code out of L2, so every unrolled line is a miss.
+__device__ void block_scores(const float* l, int n, bool sigmoid, float* p) {
+  __shared__ float red[kRouteThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  if (sigmoid) {
+#pragma unroll 1
+    for (int i = t; i < n; i += kRouteThreads) p[i] = sigmoid_f(l[i]);
+    __syncthreads();
+    return;
+  }
+  float mx = -INFINITY;
+#pragma unroll 1
+  for (int i = t; i < n; i += kRouteThreads) {
+    p[i] = l[i];
+    mx = fmaxf(mx, p[i]);
+  }
+  mx = block_max<kRouteThreads>(mx, red);
+  float s = 0.0f;
+#pragma unroll 1
+  for (int i = t; i < n; i += kRouteThreads) {
+    p[i] = expf(p[i] - mx);
+    s = s + p[i];
+  }
+  const float total = block_sum<kRouteThreads>(s, red);
+#pragma unroll 1
+  for (int i = t; i < n; i += kRouteThreads) p[i] = p[i] / total;
+  __syncthreads();
+}
+
 // a ranks before b: larger first, ties to the lower index (values already mapped for NaN).
 __device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
   return va > vb || (va == vb && a < b);
@@ -356,16 +387,16 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int rpi, int32_t* orde
 // Routes rows a warp each: one block walks every row and then lists the pairs by expert (lists
 // set), or a grid spreads the rows over blocks and moe_lists_kernel lists them after.
 // A row's scores come from its logits in the warp's shared row (n floats a warp).
-// With rank (one row, no group choice): the block ranks every expert at once, a thread counting
-// the experts that rank before its own, where warp_pick's k rounds of the warp's best are one long
-// chain; with rank_warps (many experts) the count runs over each warp's k best instead. The same
-// values and total order give the same picks in the same order; warp 0 then weighs them as
-// route_softmax_row / route_sigmoid_row do.
+// With rank (one row, no group choice): the block scores the row (block_scores) and ranks every
+// expert at once, a thread counting the experts that rank before its own, where warp_pick's k
+// rounds of the warp's best are one long chain; with rank_warps (many experts) the count runs over
+// each warp's k best instead. The same values and total order give the same picks in the same
+// order; warp 0 then weighs them as route_softmax_row / route_sigmoid_row do.
 template <bool kSigmoid>
 __global__ void moe_route_kernel(const float* logits, const float* bias, int rows, int n, int n_group,
                                  int topk_group, int k, bool norm, float scale, int32_t* idx,
                                  float* w, int32_t* order, int rpi, int32_t* items, int32_t* n_items,
-                                 bool lists, bool rank, bool rank_warps) {
+                                 bool lists, bool rank, bool rank_warps, bool block_scored) {
   extern __shared__ float scores[];
   __shared__ int32_t few_idx[32];  // the pairs' experts when they number at most 32, for warp_lists
   __shared__ int32_t picked[kMaxK];
@@ -376,8 +407,12 @@ __global__ void moe_route_kernel(const float* logits, const float* bias, int row
   float* p = scores + static_cast<int64_t>(threadIdx.x / 32) * n;
   if (rank) {
     float* v = scores + n;  // warp 1's row holds the values ranked
-    if (threadIdx.x < 32) route_scores(logits, n, kSigmoid, scores);
-    __syncthreads();
+    if (block_scored) {
+      block_scores(logits, n, kSigmoid, scores);
+    } else {
+      if (threadIdx.x < 32) route_scores(logits, n, kSigmoid, scores);
+      __syncthreads();
+    }
     for (int i = threadIdx.x; i < n; i += blockDim.x)
       v[i] = kSigmoid ? nan_low(bias ? scores[i] + bias[i] : scores[i]) : isnan(scores[i]) ? -1.0f : scores[i];
     __syncthreads();
@@ -438,6 +473,13 @@ bool route_rank() {
   return on;
 }
 
+// Whether a ranked row is scored by the whole block (block_scores) or by warp 0's unrolled
+// route_scores (TF_CUDA_ROUTE_BLOCK=0, for side-by-side timing; the same bits either way).
+bool route_block() {
+  static const bool on = !env_zero("TF_CUDA_ROUTE_BLOCK");
+  return on;
+}
+
 // Whether a ranked row of n experts counts ranks among the warps' k best (rank_by_warps): past
 // kRankAll experts, where the all-pairs count grows as n squared (TF_CUDA_ROUTE_WARPS=0: never,
 // =1: always; the same picks either way).
@@ -463,11 +505,12 @@ void moe_route(const float* logits, const float* bias, int m, int E, const MoeRo
   if (route.sigmoid) {
     launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits, bias, m, E, route.n_group,
                   route.topk_group, route.k, route.norm, route.scale, out.idx, out.w, out.order, rpi, out.items,
-                  out.n_items, one_block, rank_one && route.topk_group >= route.n_group, route_rank_warps(E));
+                  out.n_items, one_block, rank_one && route.topk_group >= route.n_group, route_rank_warps(E),
+                  route_block());
   } else {
     launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits, nullptr, m, E, 1, 1,
                   route.k, route.norm, 1.0f, out.idx, out.w, out.order, rpi, out.items, out.n_items, one_block,
-                  rank_one, route_rank_warps(E));
+                  rank_one, route_rank_warps(E), route_block());
   }
   if (!one_block)
     launch_kernel(moe_lists_kernel, 1, kRouteThreads, 0, out.idx, static_cast<int>(P), E, rpi, out.order,
