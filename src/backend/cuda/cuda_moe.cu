@@ -38,13 +38,17 @@ __global__ void moe_combine_kernel(const int32_t* idx, const float* w, const flo
     const int32_t* ir = idx + r * k;
     if (static_cast<int>(threadIdx.x) < k) {
       const int j = static_cast<int>(threadIdx.x);
+      const int32_t ej = ir[j];
       int rank = 0;
-      for (int t = 0; t < k; ++t) rank += ir[t] < ir[j] || (ir[t] == ir[j] && t < j);
+#pragma unroll 8
+      for (int t = 0; t < k; ++t) rank += ir[t] < ej || (ir[t] == ej && t < j);
       by_expert[rank] = j;
     }
     __syncthreads();
     if (c < cols) {
       float acc = 0.0f;
+      // Unrolled so a run of pairs' loads go out together; the adds stay in rank order.
+#pragma unroll 8
       for (int t = 0; t < k; ++t) {
         const int j = by_expert[t];
         acc = acc + w[r * k + j] * down[(r * k + j) * cols + c];
