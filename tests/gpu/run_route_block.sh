@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A lone row's routing scored by the whole block (TF_CUDA_ROUTE_BLOCK), the MoE combine's loads
+# together, and where small kernels' time goes, in one call of about five minutes:
+#   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_route_block.sh", carry=[".gpubin"])
+# with PACK="tensorfold tf_kernel_contract". Writes $OUT/route_block.txt as it goes: the MoE
+# contract cases with the switch on and off (equal measured lines: equal bits), decode tok/s of
+# 8 layers of Qwen3-Next and Qwen3-30B-A3B on and off interleaved twice, Qwen3-Next's step by
+# kernel (each alone, caches flushed) with the switch on, and its routing with it off;
+# then its step's stalls (tests/gpu/warp_states.py) from $OUT/wss.csv.xz, the sections it was read from.
+REPORT=route_block.txt
+source "$(dirname "$0")/call_start.sh"
+kill "$M32" 2> /dev/null  # the dense Llama is not needed here
+make_models qwen3-next-80b-a3b qwen3-30b-a3b
+i=0
+for f in "bf16|" "bf16|TF_CUDA_ROUTE_BLOCK=0" "f32|TF_CUDA_POISON_SHARED=1" "f32|TF_CUDA_ROUTE_BLOCK=0"; do
+  i=$((i + 1))
+  IFS='|' read -r mi envs <<< "$f"
+  # shellcheck disable=SC2086
+  ( env $envs timeout 150 "$B"/tf_kernel_contract --matmul-input "$mi" --filter moe > "$OUT/form$i.log" 2>&1
+    echo "moe $mi [$envs]: $(grep -E 'SUMMARY|FAIL' "$OUT/form$i.log" | head -4 | tr '\n' ' ') measured lines md5 $(grep measured "$OUT/form$i.log" | md5sum | cut -c1-8)" > "$OUT/forms$i.txt" ) &
+done
+wait "$MK"
+wait
+cat "$OUT"/forms*.txt >> "$R"
+rm -f "$OUT"/form*.log "$OUT"/forms*.txt
+el
+for s in qwen3-next-80b-a3b qwen3-30b-a3b; do
+  for rep in 1 2; do
+    for v in "on|" "off|TF_CUDA_ROUTE_BLOCK=0"; do
+      IFS='|' read -r label envs <<< "$v"
+      # shellcheck disable=SC2086
+      echo "$s b1 $label: $(env $envs timeout 60 "$B"/tensorfold bench --model /dev/shm/$s --device cuda --pp 16 \
+        --tg 64 --batch 1 --matmul-input bf16 --json 2>/dev/null | grep -o '"tg_tps": [0-9.]*')" >> "$R"
+    done
+  done
+done
+el
+M=/dev/shm/qwen3-next-80b-a3b
+echo "== qwen3-next step" >> "$R"
+timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw "$B"/tensorfold bench \
+  --model $M --device cuda --pp 16 --tg 6 --batch 1 --matmul-input bf16 > "$OUT/t.csv" 2> /dev/null
+python3 tests/gpu/step_kernels.py "$OUT/t.csv" qwen3-next >> "$R" 2>&1
+TF_CUDA_ROUTE_BLOCK=0 timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+  "$B"/tensorfold bench --model $M --device cuda --pp 16 --tg 6 --batch 1 --matmul-input bf16 > "$OUT/t.csv" 2> /dev/null
+echo "route block off: $(python3 tests/gpu/step_kernels.py "$OUT/t.csv" qwen3-next 2>&1 | grep moe_route)" >> "$R"
+el
+rm -f "$OUT/t.csv"
+timeout 100 ncu --clock-control none --section WarpStateStats --section LaunchStats --section SpeedOfLight --csv \
+  --page raw "$B"/tensorfold bench --model $M --device cuda --pp 4 --tg 2 --batch 1 --matmul-input bf16 \
+  2> /dev/null | xz > "$OUT/wss.csv.xz"
+python3 tests/gpu/warp_states.py "$OUT/wss.csv.xz" >> "$R" 2>&1
+el
+cat "$R"
