@@ -6,7 +6,8 @@
 # contract cases with the switch on and off (equal measured lines: equal bits), decode tok/s of
 # 8 layers of Qwen3-Next and Qwen3-30B-A3B on and off interleaved twice, Qwen3-Next's step by
 # kernel (each alone, caches flushed) with the switch on, and its routing with it off;
-# then its step's stalls (tests/gpu/warp_states.py) from $OUT/wss.csv.xz, the sections it was read from.
+# the routing kernel's stall samples by instruction on and off (tests/gpu/ncu_kernel.sh), then the
+# step's stalls (tests/gpu/warp_states.py) from $OUT/wss.csv.xz, the sections it was read from.
 REPORT=route_block.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
@@ -45,6 +46,16 @@ TF_CUDA_ROUTE_BLOCK=0 timeout 100 ncu --clock-control none --metrics gpu__time_d
 echo "route block off: $(python3 tests/gpu/step_kernels.py "$OUT/t.csv" qwen3-next 2>&1 | grep moe_route)" >> "$R"
 el
 rm -f "$OUT/t.csv"
+# The routing kernel's stall samples by SASS instruction, a decode launch, the block's form and warp 0's.
+for v in "on|" "off|TF_CUDA_ROUTE_BLOCK=0"; do
+  IFS='|' read -r label envs <<< "$v"
+  echo "== moe_route_kernel by instruction, block scoring $label" >> "$R"
+  # shellcheck disable=SC2086
+  env $envs OUT="$OUT/nk" BIN="$B"/tensorfold timeout 150 bash tests/gpu/ncu_kernel.sh $M moe_route_kernel 20 1 \
+    --pp 16 --tg 8 --batch 1 --matmul-input bf16 >> "$R" 2>&1
+  rm -rf "$OUT/nk"
+done
+el
 timeout 100 ncu --clock-control none --section WarpStateStats --section LaunchStats --section SpeedOfLight --csv \
   --page raw "$B"/tensorfold bench --model $M --device cuda --pp 4 --tg 2 --batch 1 --matmul-input bf16 \
   2> /dev/null | xz > "$OUT/wss.csv.xz"
