@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A lone row's routing scored by the whole block (TF_CUDA_ROUTE_BLOCK), the MoE combine's loads
-# together, and where small kernels' time goes, in one call of about five minutes:
+# together, and where small kernels' time goes, in one call of about seven minutes:
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_route_block.sh", carry=[".gpubin"])
 # with PACK="tensorfold tf_kernel_contract". Writes $OUT/route_block.txt as it goes: the MoE
 # contract cases with the switch on and off (equal measured lines: equal bits), decode tok/s of

@@ -86,7 +86,7 @@ __device__ void route_scores(const float* l, int n, bool sigmoid, float* p) {
 
 // route_scores' bits for one row by the whole block (thread t sums experts t, t + 256, ... and the
 // halving tree adds the threads' sums), in rolled loops: a lone row's routing runs once a layer,
-// after the layer's weights have pushed its code out of L2, so every unrolled line is a miss.
+// after the layer's weights have streamed through L2, so each line of code it walks may be a miss.
 __device__ void block_scores(const float* l, int n, bool sigmoid, float* p) {
   __shared__ float red[kRouteThreads];
   const int t = static_cast<int>(threadIdx.x);
