@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Where a hybrid decode step's small kernels stall, and two checks of a SASS-only pack, in one call
+# of about five minutes:
+#   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_small_stalls.sh", carry=[".gpubin"])
+# with PACK="tensorfold". Writes $OUT/stalls.txt as it goes: Nemotron-3-Nano's decode tok/s with
+# block scoring on and off (TF_CUDA_ROUTE_BLOCK) interleaved twice; whether the pack's cluster
+# launches run (Qwen3-30B-A3B with TF_CUDA_SKINNY_CLUSTER=0 against the default, and Qwen3-Next's
+# top-p with teams against one block a spec: a pack whose kernels hid their PTX version would read
+# the same both ways); then Qwen3-Next's step kernel by kernel with its stall reasons
+# (tests/gpu/warp_states.py over Nsight Compute's warp state section, the app replayed per pass
+# because attention_prep_kernel cannot be replayed alone), its CSV kept as $OUT/wss.csv.xz.
+REPORT=stalls.txt
+source "$(dirname "$0")/call_start.sh"
+kill "$M32" 2> /dev/null  # the dense Llama is not needed here
+make_models qwen3-next-80b-a3b nemotron-3-nano-30b-a3b qwen3-30b-a3b
+wait "$MK"
+el
+tps() {  # tps SHAPE "ENV=V ..." [bench args...]: decode tok/s at batch 1
+  local s=$1 envs=$2
+  shift 2
+  # shellcheck disable=SC2086
+  env $envs timeout 60 "$B"/tensorfold bench --model /dev/shm/$s --device cuda --pp 16 --tg 64 --batch 1 \
+    --matmul-input bf16 "$@" --json 2> /dev/null | grep -o '"tg_tps": [0-9.]*' | grep -o '[0-9.]*$'
+}
+for rep in 1 2; do
+  echo "nemotron b1 block on $(tps nemotron-3-nano-30b-a3b '') off $(tps nemotron-3-nano-30b-a3b TF_CUDA_ROUTE_BLOCK=0)" >> "$R"
+done
+echo "qwen3-30b b1 clusters default $(tps qwen3-30b-a3b '') off $(tps qwen3-30b-a3b TF_CUDA_SKINNY_CLUSTER=0)" >> "$R"
+SMP=(--temperature 0.8 --top-p 0.95)
+echo "qwen3-next b1 top-p teams $(tps qwen3-next-80b-a3b '' "${SMP[@]}") one block $(tps qwen3-next-80b-a3b TF_CUDA_SAMPLE_TEAM=1 "${SMP[@]}")" >> "$R"
+el
+timeout 240 ncu --replay-mode application --clock-control none --section WarpStateStats --section LaunchStats \
+  --section SpeedOfLight --csv --page raw "$B"/tensorfold bench --model /dev/shm/qwen3-next-80b-a3b --device cuda \
+  --pp 4 --tg 3 --batch 1 --matmul-input bf16 2> /dev/null | xz > "$OUT/wss.csv.xz"
+python3 tests/gpu/warp_states.py "$OUT/wss.csv.xz" >> "$R" 2>&1
+el
+cat "$R"
