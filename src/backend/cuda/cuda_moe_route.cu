@@ -84,18 +84,12 @@ __device__ void route_scores(const float* l, int n, bool sigmoid, float* p) {
   __syncwarp();
 }
 
-// route_scores' bits for one row by the whole block (thread t sums experts t, t + 256, ... and the
-// halving tree adds the threads' sums), in rolled loops: a lone row's routing runs once a layer,
-// after the layer's weights have streamed through L2, so each line of code it walks may be a miss.
-__device__ void block_scores(const float* l, int n, bool sigmoid, float* p) {
+// route_scores' softmax bits for one row by the whole block (thread t sums experts t, t + 256, ...
+// and the halving tree adds the threads' sums), in rolled loops: a lone row's routing runs once a
+// layer, so it spreads the row over all threads and keeps its code short.
+__device__ void block_softmax(const float* l, int n, float* p) {
   __shared__ float red[kRouteThreads];
   const int t = static_cast<int>(threadIdx.x);
-  if (sigmoid) {
-#pragma unroll 1
-    for (int i = t; i < n; i += kRouteThreads) p[i] = sigmoid_f(l[i]);
-    __syncthreads();
-    return;
-  }
   float mx = -INFINITY;
 #pragma unroll 1
   for (int i = t; i < n; i += kRouteThreads) {
@@ -387,7 +381,7 @@ __device__ void warp_lists(const int32_t* idx, int pairs, int rpi, int32_t* orde
 // Routes rows a warp each: one block walks every row and then lists the pairs by expert (lists
 // set), or a grid spreads the rows over blocks and moe_lists_kernel lists them after.
 // A row's scores come from its logits in the warp's shared row (n floats a warp).
-// With rank (one row, no group choice): the block scores the row (block_scores) and ranks every
+// With rank (one row, no group choice): the block scores a softmax row (block_softmax), ranks every
 // expert at once, a thread counting the experts that rank before its own, where warp_pick's k
 // rounds of the warp's best are one long chain; with rank_warps (many experts) the count runs over
 // each warp's k best instead. The same values and total order give the same picks in the same
@@ -407,8 +401,8 @@ __global__ void moe_route_kernel(const float* logits, const float* bias, int row
   float* p = scores + static_cast<int64_t>(threadIdx.x / 32) * n;
   if (rank) {
     float* v = scores + n;  // warp 1's row holds the values ranked
-    if (block_scored) {
-      block_scores(logits, n, kSigmoid, scores);
+    if (!kSigmoid && block_scored) {
+      block_softmax(logits, n, scores);
     } else {
       if (threadIdx.x < 32) route_scores(logits, n, kSigmoid, scores);
       __syncthreads();
@@ -473,8 +467,9 @@ bool route_rank() {
   return on;
 }
 
-// Whether a ranked row is scored by the whole block (block_scores) or by warp 0's unrolled
-// route_scores (TF_CUDA_ROUTE_BLOCK=0, for side-by-side timing; the same bits either way).
+// Whether a ranked softmax row is scored by the whole block (block_softmax) or by warp 0's unrolled
+// route_scores (TF_CUDA_ROUTE_BLOCK=0, for side-by-side timing; the same bits either way). Sigmoid
+// rows keep warp 0's form, which timed faster on Nemotron-3-Nano.
 bool route_block() {
   static const bool on = !env_zero("TF_CUDA_ROUTE_BLOCK");
   return on;
