@@ -3,7 +3,8 @@
 # together, and where small kernels' time goes, in one call of about seven minutes:
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_route_block.sh", carry=[".gpubin"])
 # with PACK="tensorfold tf_kernel_contract". Writes $OUT/route_block.txt as it goes: the MoE
-# contract cases with the switch on and off (equal measured lines: equal bits), decode tok/s of
+# contract cases with the switch on and off (each checks a lone row's bits against the same row
+# in a batch, which warp 0's form scores), decode tok/s of
 # 8 layers of Qwen3-Next and Qwen3-30B-A3B on and off interleaved twice, Qwen3-Next's step by
 # kernel (each alone, caches flushed) with the switch on, and its routing with it off;
 # the routing kernel's stall samples by instruction on and off (tests/gpu/ncu_kernel.sh), then the
@@ -18,7 +19,7 @@ for f in "bf16|" "bf16|TF_CUDA_ROUTE_BLOCK=0" "f32|TF_CUDA_POISON_SHARED=1" "f32
   IFS='|' read -r mi envs <<< "$f"
   # shellcheck disable=SC2086
   ( env $envs timeout 150 "$B"/tf_kernel_contract --matmul-input "$mi" --filter moe > "$OUT/form$i.log" 2>&1
-    echo "moe $mi [$envs]: $(grep -E 'SUMMARY|FAIL' "$OUT/form$i.log" | head -4 | tr '\n' ' ') measured lines md5 $(grep measured "$OUT/form$i.log" | md5sum | cut -c1-8)" > "$OUT/forms$i.txt" ) &
+    echo "moe $mi [$envs]: $(grep -E 'SUMMARY|FAIL' "$OUT/form$i.log" | head -4 | tr '\n' ' ')" > "$OUT/forms$i.txt" ) &
 done
 wait "$MK"
 wait

@@ -5,7 +5,7 @@
 # contract in bf16, its MoE cases at f32 poisoned and with TF_CUDA_ROUTE_BLOCK=0 (a lone row's
 # bits are checked against the same row in a batch, which warp 0's form scores), then decode tok/s
 # at batch 1 of 8 layers of Qwen3-Next, Qwen3-30B-A3B and Nemotron-3-Nano with the switch on and
-# off, interleaved twice.
+# off, interleaved REPS times (default 2).
 REPORT=route_check.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
@@ -25,7 +25,7 @@ tps() {  # tps SHAPE "ENV=V ...": decode tok/s at batch 1
   env $2 timeout 60 "$B"/tensorfold bench --model /dev/shm/$1 --device cuda --pp 16 --tg 64 --batch 1 \
     --matmul-input bf16 --json 2> /dev/null | grep -o '"tg_tps": [0-9.]*' | grep -o '[0-9.]*$'
 }
-for rep in 1 2; do
+for rep in $(seq "${REPS:-2}"); do
   for s in qwen3-next-80b-a3b qwen3-30b-a3b nemotron-3-nano-30b-a3b; do
     echo "$s b1 on $(tps $s '') off $(tps $s TF_CUDA_ROUTE_BLOCK=0)" >> "$R"
   done
