@@ -501,7 +501,7 @@ void moe_route(const float* logits, const float* bias, int m, int E, const MoeRo
     launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits, bias, m, E, route.n_group,
                   route.topk_group, route.k, route.norm, route.scale, out.idx, out.w, out.order, rpi, out.items,
                   out.n_items, one_block, rank_one && route.topk_group >= route.n_group, route_rank_warps(E),
-                  route_block());
+                  false);
   } else {
     launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits, nullptr, m, E, 1, 1,
                   route.k, route.norm, 1.0f, out.idx, out.w, out.order, rpi, out.items, out.n_items, one_block,
