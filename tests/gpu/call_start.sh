@@ -49,3 +49,13 @@ make_models() {
     done ) > /dev/null 2>&1 &
   MK=$!
 }
+
+# Decode tok/s at batch 1 of a model make_models wrote, with the given environment words.
+#   tps SHAPE "ENV=V ..." [BENCH ARGS...]
+tps() {
+  local s=$1 envs=$2
+  shift 2
+  # shellcheck disable=SC2086
+  env $envs timeout 60 "$B"/tensorfold bench --model /dev/shm/$s --device cuda --pp 16 --tg 64 --batch 1 \
+    --matmul-input bf16 "$@" --json 2> /dev/null | grep -o '"tg_tps": [0-9.]*' | grep -o '[0-9.]*$'
+}

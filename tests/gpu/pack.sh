@@ -9,11 +9,10 @@
 # tf_tests finds its fixtures under the path it was built in; unpack.sh links it when missing.
 # A default build embeds each kernel's PTX beside its sm_90a SASS, and that PTX is most of the xz
 # bytes: from a SASS-only build all three binaries travel (9 MiB against 16 for two), with the
-# same sm_90a code the card runs from a default build:
+# same sm_90a code the card runs from a default build (its functions report their PTX version, so
+# the cluster launches run as they do there):
 #   cmake -S . -B build-cuda-pack -G Ninja -DCMAKE_BUILD_TYPE=Release -DTF_CUDA=ON -DTF_TESTS=ON \
 #     -DCMAKE_CUDA_ARCHITECTURES=90a-real && ninja -C build-cuda-pack && tests/gpu/pack.sh build-cuda-pack
-# Not yet run on a card: cluster launches ask cudaFuncGetAttributes for ptxVersion >= 90, so time
-# one bench against a default build's before comparing such a pack's timings with older ones.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-cuda}

@@ -7,8 +7,8 @@
 # in a batch, which warp 0's form scores), decode tok/s of
 # 8 layers of Qwen3-Next and Qwen3-30B-A3B on and off interleaved twice, Qwen3-Next's step by
 # kernel (each alone, caches flushed) with the switch on, and its routing with it off;
-# the routing kernel's stall samples by instruction on and off (tests/gpu/ncu_kernel.sh), then the
-# step's stalls (tests/gpu/warp_states.py) from $OUT/wss.csv.xz, the sections it was read from.
+# the routing kernel's stall samples by instruction on and off (tests/gpu/ncu_kernel.sh). The
+# step's stalls kernel by kernel are tests/gpu/run_small_stalls.sh's.
 REPORT=route_block.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null  # the dense Llama is not needed here
@@ -27,13 +27,8 @@ cat "$OUT"/forms*.txt >> "$R"
 rm -f "$OUT"/form*.log "$OUT"/forms*.txt
 el
 for s in qwen3-next-80b-a3b qwen3-30b-a3b; do
-  for rep in 1 2; do
-    for v in "on|" "off|TF_CUDA_ROUTE_BLOCK=0"; do
-      IFS='|' read -r label envs <<< "$v"
-      # shellcheck disable=SC2086
-      echo "$s b1 $label: $(env $envs timeout 60 "$B"/tensorfold bench --model /dev/shm/$s --device cuda --pp 16 \
-        --tg 64 --batch 1 --matmul-input bf16 --json 2>/dev/null | grep -o '"tg_tps": [0-9.]*')" >> "$R"
-    done
+  for _ in 1 2; do
+    echo "$s b1 on $(tps $s '') off $(tps $s TF_CUDA_ROUTE_BLOCK=0)" >> "$R"
   done
 done
 el
@@ -56,10 +51,5 @@ for v in "on|" "off|TF_CUDA_ROUTE_BLOCK=0"; do
     --pp 16 --tg 8 --batch 1 --matmul-input bf16 >> "$R" 2>&1
   rm -rf "$OUT/nk"
 done
-el
-timeout 100 ncu --clock-control none --section WarpStateStats --section LaunchStats --section SpeedOfLight --csv \
-  --page raw "$B"/tensorfold bench --model $M --device cuda --pp 4 --tg 2 --batch 1 --matmul-input bf16 \
-  2> /dev/null | xz > "$OUT/wss.csv.xz"
-python3 tests/gpu/warp_states.py "$OUT/wss.csv.xz" >> "$R" 2>&1
 el
 cat "$R"

@@ -20,12 +20,7 @@ wait "$MOE"
 cat "$OUT"/moe*.txt >> "$R"
 rm -f "$OUT"/moe*.txt "$OUT"/check_*.txt
 wait "$MK"
-tps() {  # tps SHAPE "ENV=V ...": decode tok/s at batch 1
-  # shellcheck disable=SC2086
-  env $2 timeout 60 "$B"/tensorfold bench --model /dev/shm/$1 --device cuda --pp 16 --tg 64 --batch 1 \
-    --matmul-input bf16 --json 2> /dev/null | grep -o '"tg_tps": [0-9.]*' | grep -o '[0-9.]*$'
-}
-for rep in $(seq "${REPS:-2}"); do
+for _ in $(seq "${REPS:-2}"); do
   for s in qwen3-next-80b-a3b qwen3-30b-a3b nemotron-3-nano-30b-a3b; do
     echo "$s b1 on $(tps $s '') off $(tps $s TF_CUDA_ROUTE_BLOCK=0)" >> "$R"
   done

@@ -15,14 +15,7 @@ kill "$M32" 2> /dev/null  # the dense Llama is not needed here
 make_models qwen3-next-80b-a3b nemotron-3-nano-30b-a3b qwen3-30b-a3b
 wait "$MK"
 el
-tps() {  # tps SHAPE "ENV=V ..." [bench args...]: decode tok/s at batch 1
-  local s=$1 envs=$2
-  shift 2
-  # shellcheck disable=SC2086
-  env $envs timeout 60 "$B"/tensorfold bench --model /dev/shm/$s --device cuda --pp 16 --tg 64 --batch 1 \
-    --matmul-input bf16 "$@" --json 2> /dev/null | grep -o '"tg_tps": [0-9.]*' | grep -o '[0-9.]*$'
-}
-for rep in 1 2; do
+for _ in 1 2; do
   echo "nemotron b1 block on $(tps nemotron-3-nano-30b-a3b '') off $(tps nemotron-3-nano-30b-a3b TF_CUDA_ROUTE_BLOCK=0)" >> "$R"
 done
 echo "qwen3-30b b1 clusters default $(tps qwen3-30b-a3b '') off $(tps qwen3-30b-a3b TF_CUDA_SKINNY_CLUSTER=0)" >> "$R"

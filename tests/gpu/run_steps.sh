@@ -26,8 +26,7 @@ s=qwen3-next-80b-a3b
 for v in "greedy||" "top-p|$SMP|" "top-p one block|$SMP|TF_CUDA_SAMPLE_TEAM=1"; do
   IFS='|' read -r label sargs envs <<< "$v"
   # shellcheck disable=SC2086
-  echo "$s batch 1 $label: $(env $envs timeout 60 "$B"/tensorfold bench --model /dev/shm/$s --device cuda --pp 16 \
-    --tg 64 --batch 1 --matmul-input bf16 $sargs --json 2>/dev/null | grep -o '"tg_tps": [0-9.]*')" >> "$R"
+  echo "$s batch 1 $label: $(tps $s "$envs" $sargs)" >> "$R"
 done
 el
 cat "$R"

@@ -3,7 +3,7 @@
     python3 tests/gpu/warp_states.py NCU.csv[.xz]
 
 NCU.csv: `ncu --section WarpStateStats --section LaunchStats --section SpeedOfLight --csv --page raw`
-over a short `tensorfold bench` (tests/gpu/run_route_block.sh writes one). Prints the last whole
+over a short `tensorfold bench` (tests/gpu/run_small_stalls.sh writes two). Prints the last whole
 step (step_kernels.py's rule) kernel by kernel in launch order: time, the four largest stall
 reasons (warps stalled there per issue), DRAM and SM throughput as a share of peak, and the grid.
 """
