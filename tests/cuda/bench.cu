@@ -155,10 +155,12 @@ void run_bench_attention(Backend& gpu) {
   bench_attention(gpu, 32, 4096, true, 20);
   bench_attention(gpu, 512, 512, false, 20);
   bench_attention(gpu, 4096, 4096, false, 5);
-  // Head dims of 256: Qwen3-Next's 16/2 and a wider kv group's 8/4, prefill of 4096 rows, and decode.
+  // Head dims of 256: Qwen3-Next's 16/2 and a wider kv group's 8/4, prefill of 4096 rows, and decode
+  // (a lone row after 80 keys too, the batch-1 call at short context).
   bench_attention(gpu, 4096, 4096, false, 5, 16, 2, 256);
   bench_attention(gpu, 4096, 4096, false, 5, 8, 4, 256);
   bench_attention(gpu, 32, 4096, true, 20, 16, 2, 256);
+  bench_attention(gpu, 1, 80, true, 200, 16, 2, 256);
 }
 
 // Sampling rows of Qwen3's 151,936 logits, 1 and 64 at once: greedy and each filter, on random

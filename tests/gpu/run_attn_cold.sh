@@ -3,8 +3,8 @@
 # in one call of about three minutes:
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_attn_cold.sh", carry=[".gpubin"])
 # with PACK="tensorfold tf_kernel_contract". Writes $OUT/attn_cold.txt as it goes: Nsight Compute's
-# duration, warp instructions and two stall shares (no_instruction: waiting on code;
-# long_scoreboard: on global loads) of each decode attention launch, (1) in the contract's
+# duration, warp instructions and four stall shares (no_instruction: waiting on code;
+# long_scoreboard: on global loads; barrier; wait: fixed latencies) of each decode attention launch, (1) in the contract's
 # attention bench, where each shape runs three times back to back (the second and third hot), with
 # caches kept and with every cache flushed before each launch, and (2) inside 8 layers of
 # Qwen3-Next-80B-A3B's batch-1 decode (head dim 256), where a layer's weights pass through L2
@@ -16,6 +16,8 @@ make_models qwen3-next-80b-a3b
 M='gpu__time_duration.sum,smsp__inst_executed.sum,launch__grid_size'
 M="$M,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio"
 M="$M,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"
+M="$M,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
+M="$M,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
 K='regex:attention_kernel|flash_decode|attention_merge'
 # One line a launch: name, grid, us, warp instructions, the two stall shares.
 table() {
@@ -31,10 +33,10 @@ def g(r, k):
 scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(rows[1][col["gpu__time_duration.sum"]], 1e-3)
 for r in rows[2:]:
     t = float(g(r, "gpu__time_duration.sum").replace(",", "")) * scale
-    print("  %-44s grid %5s %8.2f us %9s inst  no_inst %s  long_sb %s" % (
-        g(r, "Kernel Name")[-44:], g(r, "launch__grid_size"), t, g(r, "smsp__inst_executed.sum"),
-        g(r, "smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio"),
-        g(r, "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio")))
+    st = ["%s %s" % (k, g(r, "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % k))
+          for k in ("no_instruction", "long_scoreboard", "barrier", "wait")]
+    print("  %-44s grid %5s %8.2f us %9s inst  %s" % (
+        g(r, "Kernel Name")[-44:], g(r, "launch__grid_size"), t, g(r, "smsp__inst_executed.sum"), "  ".join(st)))
 '
 }
 for cc in none all; do
