@@ -2,11 +2,12 @@
 # Whether a batch-1 decode attention call waits on cold code and metadata rather than on its work,
 # in one call of about three minutes:
 #   run(command="source tests/gpu/unpack.sh && OUT=$OUT bash tests/gpu/run_attn_cold.sh", carry=[".gpubin"])
-# with PACK="tensorfold tf_kernel_contract". Writes $OUT/attn_cold.txt as it goes: Nsight Compute's
-# duration, warp instructions and four stall shares (no_instruction: waiting on code;
-# long_scoreboard: on global loads; barrier; wait: fixed latencies) of each decode attention launch, (1) in the contract's
-# attention bench, where each shape runs three times back to back (the second and third hot), with
-# caches kept and with every cache flushed before each launch, and (2) inside 8 layers of
+# with PACK="tensorfold tf_kernel_contract". Writes $OUT/attn_cold.txt as it goes: Nsight
+# Compute's duration, warp instructions and four stall shares (no_instruction: waiting on code;
+# long_scoreboard: on global loads; barrier; wait: fixed latencies) of each decode attention
+# launch, (1) in the contract's attention bench, where each shape runs three times back to back
+# (the second and third hot), with caches kept and with every cache flushed before each launch,
+# and (2) inside 8 layers of
 # Qwen3-Next-80B-A3B's batch-1 decode (head dim 256), where a layer's weights pass through L2
 # between two attention calls, kept and flushed. Equal hot and in-step times would clear coldness.
 REPORT=attn_cold.txt
@@ -19,7 +20,7 @@ M="$M,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"
 M="$M,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
 M="$M,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
 K='regex:attention_kernel|flash_decode|attention_merge'
-# One line a launch: name, grid, us, warp instructions, the two stall shares.
+# One line a launch: name, grid, us, warp instructions, the four stall shares.
 table() {
   python3 -c '
 import csv, sys
