@@ -7,9 +7,9 @@
 # long_scoreboard: on global loads; barrier; wait: fixed latencies) of each decode attention
 # launch, (1) in the contract's attention bench, where each shape runs three times back to back
 # (the second and third hot), with caches kept and with every cache flushed before each launch,
-# and (2) inside 8 layers of
-# Qwen3-Next-80B-A3B's batch-1 decode (head dim 256), where a layer's weights pass through L2
-# between two attention calls, kept and flushed. Equal hot and in-step times would clear coldness.
+# and (2) inside 8 layers of Qwen3-Next-80B-A3B's batch-1 decode (head dim 256), where a layer's
+# weights pass through L2 between two attention calls, kept and flushed. Equal hot and in-step
+# times would clear coldness.
 REPORT=attn_cold.txt
 source "$(dirname "$0")/call_start.sh"
 kill "$M32" 2> /dev/null
