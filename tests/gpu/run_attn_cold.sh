@@ -20,24 +20,19 @@ M="$M,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"
 M="$M,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
 M="$M,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
 K='regex:attention_kernel|flash_decode|attention_merge'
-# One line a launch: name, grid, us, warp instructions, the four stall shares.
+# One line a launch (step_kernels.py's rows and names): name, grid, us, warp instructions, the four
+# stall shares.
 table() {
-  python3 -c '
-import csv, sys
-rows = [r for r in csv.reader(sys.stdin) if len(r) > 5]
-if not rows:
-    print("  no kernels"); sys.exit()
-h = rows[0]
-col = {k: h.index(k) for k in h}
-def g(r, k):
-    return r[col[k]] if k in col else "?"
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(rows[1][col["gpu__time_duration.sum"]], 1e-3)
-for r in rows[2:]:
-    t = float(g(r, "gpu__time_duration.sum").replace(",", "")) * scale
-    st = ["%s %s" % (k, g(r, "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % k))
+  PYTHONPATH=tests/gpu python3 -c '
+import sys
+import step_kernels
+from warp_states import number
+for r in step_kernels.kernel_rows(sys.stdin.read()):
+    st = ["%s %.2f" % (k, number(r.get("smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % k)))
           for k in ("no_instruction", "long_scoreboard", "barrier", "wait")]
     print("  %-44s grid %5s %8.2f us %9s inst  %s" % (
-        g(r, "Kernel Name")[-44:], g(r, "launch__grid_size"), t, g(r, "smsp__inst_executed.sum"), "  ".join(st)))
+        step_kernels.short_name(r["Kernel Name"])[-44:], r.get("launch__grid_size"),
+        number(r[step_kernels.METRIC]) / 1000.0, r.get("smsp__inst_executed.sum"), "  ".join(st)))
 '
 }
 for cc in none all; do
