@@ -26,10 +26,10 @@ def kernel_rows(text):
 
 
 def short_name(name):
-    name = name.split("(")[0]
+    # The namespaces go first: "(anonymous namespace)" holds the "(" that ends the name.
     for junk in ("void ", "tf::cuda::", "(anonymous namespace)::", "<unnamed>::", "unnamed>::"):
         name = name.replace(junk, "")
-    return name
+    return name.split("(")[0]
 
 
 def step_rows(rows):

@@ -79,3 +79,9 @@ def test_cli_prints_the_step_and_refuses_what_it_cannot_read(tmp_path):
     r = subprocess.run([sys.executable, REPO / "tests" / "gpu" / "step_kernels.py", empty, "x"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "no kernel table" in r.stderr
+
+
+def test_short_names_of_either_anonymous_namespace_spelling():
+    for spelled in ("<unnamed>", "(anonymous namespace)"):
+        name = f"void tf::cuda::{spelled}::attention_kernel<2, 1, 0>(tf::cuda::attn::Args)"
+        assert step_kernels.short_name(name) == "attention_kernel<2, 1, 0>"
