@@ -110,6 +110,22 @@ struct SplitArgs {
   bool cluster = false;  // few rows: a tile's slices are one cluster, summed in shared memory
 };
 
+// Whether decode matmuls, which read each weight once a step, mark those lines for L2 to evict
+// first, so the small kernels' code and data between the matmuls stay in L2 (TF_CUDA_WEIGHT_L2=0:
+// never, for side-by-side timing; a cache policy, so the same bits).
+inline bool weights_evict_first() {
+  static const bool on = !env_zero("TF_CUDA_WEIGHT_L2");
+  return on;
+}
+
+// The L2 policy of a launch's weight loads: evict first, or the default.
+__device__ __forceinline__ uint64_t weight_policy(bool first) {
+  uint64_t p;
+  if (first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  else asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 // The K split, a function of K and N only, so a row's chains never depend on the batch: the wave
 // cost model of matmul_split.h; TF_CUDA_SPLIT=count takes about kTargetBlocks blocks a few-row
 // launch instead (side-by-side timing; the bits follow the split).

@@ -22,6 +22,9 @@ bool skinny_prex() {
   return on;
 }
 
+// A launch's weight flags (kWVec, kWFirst); a few-row launch reads each weight byte once.
+int weight_flags(bool vec) { return (vec ? kWVec : 0) | (weights_evict_first() ? kWFirst : 0); }
+
 // Whether MoE expert launches of up to 8 rows an item split x once over a block's k range when it
 // fits: their blocks walk few steps (TF_CUDA_SKINNY_WHOLE=0: never, for side-by-side timing; the
 // same operand words, so the same bits). Plain few-row launches keep the per-step split, which
@@ -204,7 +207,7 @@ void launch_skinny(CudaBackend& be, const Tensor& x, const CudaWeight& w, const 
       }
       with_tn_of(tn, [&](auto t) {
         launch_kernel_cluster(cluster, kern_of(t), grid, kSkinnyWarps * 32, 0, xp, x.rows, x.cols, w.data,
-                              w.scales, bias, y.data, y.cols, vec_x, vec_w, sp, GroupedRows{}, MultiArgs{});
+                              w.scales, bias, y.data, y.cols, vec_x, weight_flags(vec_w), sp, GroupedRows{}, MultiArgs{});
       });
     });
   });
@@ -258,7 +261,7 @@ void launch_multi(CudaBackend& be, const Tensor& x, const std::vector<const Cuda
                          [&](int i) { return SplitOut{&ma.o[i].sp, ma.o[i].N, ma.o[i].tiles}; });
         }
         launch_kernel_cluster(cluster, kern, grid, kSkinnyWarps * 32, 0, xp, x.rows, x.cols, nullptr, nullptr,
-                              nullptr, nullptr, 0, vec_x, vec_w, SplitArgs{}, GroupedRows{}, ma);
+                              nullptr, nullptr, 0, vec_x, weight_flags(vec_w), SplitArgs{}, GroupedRows{}, ma);
       });
     });
   });
@@ -296,7 +299,7 @@ void launch_grouped(CudaBackend& be, const float* x, int64_t K, const GroupedRow
                     : gr.rows_max > 8 ? skinny_matmul<WT, true, true, false, TN, false, L>
                                       : skinny_matmul<WT, false, true, false, TN, P && TN == 2, L>;
         launch_kernel(kern, grid, kSkinnyWarps * 32, whole, x, gr.pairs, K, nullptr, nullptr, nullptr, y,
-                      N, vec_x, vec_w, sp, gr, MultiArgs{});
+                      N, vec_x, weight_flags(vec_w), sp, gr, MultiArgs{});
       });
     });
   });

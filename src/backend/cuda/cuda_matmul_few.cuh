@@ -78,6 +78,23 @@ constexpr size_t whole_x_bytes(int64_t rows, int64_t k_span, bool lo) {
 }
 constexpr size_t kWholeXMaxBytes = 32 << 10;  // four blocks an SM keep room for it
 
+// Bits of a launch's weight flags: kWVec, whole 16-byte weight loads; kWFirst, weight lines that
+// L2 evicts first (weights_evict_first).
+constexpr int kWVec = 1, kWFirst = 2;
+
+// 16 and 8 read-only bytes under L2 policy pol.
+__device__ __forceinline__ uint4 ld_weight16(const void* a, uint64_t pol) {
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(a), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_weight8(const void* a, uint64_t pol) {
+  uint2 v;
+  asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(a), "l"(pol));
+  return v;
+}
+
 // Few rows (M <= 16): each warp owns TN tiles of 8 columns of a slice and loads its weight
 // operands straight from memory, 8 consecutive k per lane and tile (16 bytes for BF16/F16, half
 // of them traded with lane ^ 2 by swap_halves), the next step's loads in flight while a step
@@ -107,7 +124,7 @@ template <int WT, bool kHigh, bool kGroup, bool kMulti = false, int TN = 1, bool
 __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 ? 1 : 4)
     skinny_matmul(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                   const float* __restrict__ wscale, const float* __restrict__ bias,
-                  float* __restrict__ y, int64_t N, bool vec_x, bool vec_w, SplitArgs sp,
+                  float* __restrict__ y, int64_t N, bool vec_x, int wflags, SplitArgs sp,
                   GroupedRows gr, MultiArgs ma) {
   constexpr int U = kSkinnyUnroll / TN, R = kHigh ? 16 : 8, G = 32 * U / 8;  // k8 groups per step
   constexpr int BN = skinny_cols(TN);
@@ -167,6 +184,8 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
   bool have_tot = false;
   uint32_t wb[U][TN][4];
   float sc[U][TN][2];
+  const bool vec_w = (wflags & kWVec) != 0;
+  const uint64_t wpol = weight_policy((wflags & kWFirst) != 0);
   // Issues the weight (and Q8 scale) loads of the step at kc.
   auto load_w = [&](int64_t kc) {
 #pragma unroll
@@ -177,7 +196,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
         const bool in = wr < N && kc + 32 * u < kend;
         if (WT == kQ8) {
           uint2 q = make_uint2(0u, 0u);
-          if (in) q = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w) + wr * K + k);
+          if (in) q = ld_weight8(static_cast<const int8_t*>(w) + wr * K + k, wpol);
           wb[u][j][0] = q.x, wb[u][j][1] = q.y, wb[u][j][2] = 0u, wb[u][j][3] = 0u;
           const int64_t blk = (kc + 32 * u) / 32;
           const bool sin = kc + 32 * u < kend;
@@ -186,7 +205,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, kGroup && kHigh && TN == 1 
         } else {
           const uint16_t* w16 = static_cast<const uint16_t*>(w) + wr * K;
           if (in && vec_w && k + 8 <= K) {
-            const uint4 v = *reinterpret_cast<const uint4*>(w16 + k);
+            const uint4 v = ld_weight16(w16 + k, wpol);
             wb[u][j][0] = v.x, wb[u][j][1] = v.y, wb[u][j][2] = v.z, wb[u][j][3] = v.w;
           } else {
 #pragma unroll
