@@ -469,7 +469,7 @@ bool route_rank() {
 
 // Whether a ranked softmax row is scored by the whole block (block_softmax) or by warp 0's unrolled
 // route_scores (TF_CUDA_ROUTE_BLOCK=0, for side-by-side timing; the same bits either way). Sigmoid
-// rows keep warp 0's form, which timed faster on Nemotron-3-Nano.
+// rows keep warp 0's form (the kernel's kSigmoid), which timed faster on Nemotron-3-Nano.
 bool route_block() {
   static const bool on = !env_zero("TF_CUDA_ROUTE_BLOCK");
   return on;
@@ -501,7 +501,7 @@ void moe_route(const float* logits, const float* bias, int m, int E, const MoeRo
     launch_kernel(moe_route_kernel<true>, route_blocks, kRouteThreads, smem, logits, bias, m, E, route.n_group,
                   route.topk_group, route.k, route.norm, route.scale, out.idx, out.w, out.order, rpi, out.items,
                   out.n_items, one_block, rank_one && route.topk_group >= route.n_group, route_rank_warps(E),
-                  false);
+                  route_block());
   } else {
     launch_kernel(moe_route_kernel<false>, route_blocks, kRouteThreads, smem, logits, nullptr, m, E, 1, 1,
                   route.k, route.norm, 1.0f, out.idx, out.w, out.order, rpi, out.items, out.n_items, one_block,
